@@ -1,0 +1,95 @@
+//! A bounded in-process cache of completed records: duplicates answered with no store request.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Cached {
+    pub(crate) data: Option<String>,
+    pub(crate) validation: Option<String>,
+    pub(crate) expiration: SystemTime,
+}
+
+/// First-in, first-out eviction: completed records never change, so recency buys little.
+/// One mutex, held for a map lookup: safe and cheap under `run_concurrent`.
+#[derive(Debug)]
+pub(crate) struct CompletedCache {
+    capacity: usize,
+    inner: Mutex<(HashMap<String, Cached>, VecDeque<String>)>,
+}
+
+impl CompletedCache {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            inner: Mutex::new((
+                HashMap::with_capacity(capacity),
+                VecDeque::with_capacity(capacity),
+            )),
+        }
+    }
+
+    pub(crate) fn get(&self, id: &str, now: SystemTime) -> Option<Cached> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, _) = &mut *guard;
+        match map.get(id) {
+            Some(c) if c.expiration >= now => Some(c.clone()),
+            Some(_) => {
+                map.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub(crate) fn insert(&self, id: String, entry: Cached) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, order) = &mut *guard;
+        if map.insert(id.clone(), entry).is_none() {
+            order.push_back(id);
+        }
+        while map.len() > self.capacity {
+            match order.pop_front() {
+                Some(old) => {
+                    map.remove(&old);
+                }
+                None => break,
+            }
+        }
+        // Ids removed on expiry stay in `order` until they come up; bound it too.
+        while order.len() > self.capacity.saturating_mul(2).max(1) {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn entry(exp: SystemTime) -> Cached {
+        Cached {
+            data: Some("1".into()),
+            validation: None,
+            expiration: exp,
+        }
+    }
+
+    #[test]
+    fn evicts_oldest_beyond_capacity_and_expired_entries() {
+        let now = SystemTime::now();
+        let later = now + Duration::from_secs(60);
+        let cache = CompletedCache::new(2);
+        cache.insert("a".into(), entry(later));
+        cache.insert("b".into(), entry(later));
+        cache.insert("c".into(), entry(later));
+        assert!(cache.get("a", now).is_none());
+        assert!(cache.get("b", now).is_some());
+        assert!(cache.get("c", now).is_some());
+        assert!(cache.get("c", later + Duration::from_secs(1)).is_none());
+    }
+}

@@ -1,0 +1,99 @@
+//! Settings of an [`Idempotency`](crate::Idempotency) handle, and their defaults.
+
+use std::time::Duration;
+
+/// How long a record counts, by default: SQS's longest message lifetime (14 days of
+/// retention) plus a day of margin for receives and visibility timeouts. Powertools'
+/// one hour suits HTTP retries, not queues. Too short re-runs the work for a late
+/// redelivery; too long only costs storage, so this errs long.
+pub const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(15 * 24 * 60 * 60);
+
+/// The lease when neither an override nor a Lambda deadline is known: Lambda's longest
+/// timeout, so no invocation can outlive its claim.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15 * 60);
+
+/// The shortest lease ever written, so `in_progress_expiration` is never zero or past.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// Claim attempts when the record changes between the write and the read that follows.
+pub const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
+
+/// Attempts of one store request on a retryable store error (throttling, 5xx), on top of
+/// the SDK's own retries, and never past the lease.
+pub const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
+
+/// Completion retries stop this long before the lease ends (or at a quarter of the lease,
+/// if shorter), leaving the record to be taken over.
+pub const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
+
+/// First backoff between store retries; it doubles up to [`MAX_BACKOFF`].
+pub const BASE_BACKOFF: Duration = Duration::from_millis(25);
+
+/// Longest backoff between store retries.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Set to `true` (or `1`) to run functions without idempotency, for tests. Powertools' name.
+pub const DISABLED_ENV: &str = "POWERTOOLS_IDEMPOTENCY_DISABLED";
+
+/// Settings of an [`Idempotency`](crate::Idempotency) handle. Build with
+/// [`Idempotency::builder`](crate::Idempotency::builder).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long a record counts. See [`DEFAULT_EXPIRES_AFTER`] and [`expiry_for_queue`].
+    pub expires_after: Duration,
+    /// A fixed lease instead of the Lambda invocation's deadline.
+    pub lease: Option<Duration>,
+    /// The first part of every stored id: the Lambda function's name by default.
+    pub function_name: String,
+    /// See [`DEFAULT_MAX_CLAIM_ATTEMPTS`].
+    pub max_claim_attempts: u32,
+    /// See [`DEFAULT_MAX_STORE_ATTEMPTS`].
+    pub max_store_attempts: u32,
+    /// Completed records kept in memory to answer duplicates without a store request.
+    /// 0 turns the cache off.
+    pub local_cache_capacity: usize,
+    /// Functions run without idempotency. See [`DISABLED_ENV`].
+    pub disabled: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            expires_after: DEFAULT_EXPIRES_AFTER,
+            lease: None,
+            function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "local".into()),
+            max_claim_attempts: DEFAULT_MAX_CLAIM_ATTEMPTS,
+            max_store_attempts: DEFAULT_MAX_STORE_ATTEMPTS,
+            local_cache_capacity: 0,
+            disabled: disabled_by_env(),
+        }
+    }
+}
+
+fn disabled_by_env() -> bool {
+    std::env::var(DISABLED_ENV)
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+        .unwrap_or(false)
+}
+
+/// The record expiry that covers a message's whole life in an SQS queue: retention plus
+/// every receive's visibility timeout. A record that expires earlier lets a late
+/// redelivery run the work again.
+///
+/// ```
+/// use lambda_idempotency::expiry_for_queue;
+/// use std::time::Duration;
+/// // 4 days retention, 5 receives of 6 minutes each.
+/// let expiry = expiry_for_queue(Duration::from_secs(4 * 86400), 5, Duration::from_secs(360));
+/// assert_eq!(expiry, Duration::from_secs(4 * 86400 + 5 * 360));
+/// ```
+pub fn expiry_for_queue(
+    retention: Duration,
+    max_receive_count: u32,
+    visibility_timeout: Duration,
+) -> Duration {
+    retention + visibility_timeout * max_receive_count
+}

@@ -1,0 +1,309 @@
+//! Idempotency keys: where they come from in the payload, and how they are hashed.
+//!
+//! The key must come from whoever decided the work: a caller-supplied id, a natural key,
+//! or a hash of a documented, canonical subset of the payload. Never the broker's message
+//! id: it is stable across redeliveries and different for a producer's duplicate send.
+//!
+//! When hashing, leave volatile fields (timestamps such as `submitted_at`, request or
+//! trace ids) out of the subset: if they differ between the original and the retry the
+//! hashes differ and deduplication silently does nothing.
+
+use crate::canonical::write_canonical;
+use crate::error::Error;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::sync::Arc;
+
+type KeyFn = dyn Fn(&Value) -> Result<Option<String>, String> + Send + Sync;
+
+/// Where the idempotency key comes from in a payload.
+///
+/// ```
+/// use lambda_idempotency::KeyStrategy;
+/// use serde_json::json;
+///
+/// // The caller's id when present, otherwise a hash of the fields that define the work.
+/// let key = KeyStrategy::field("request_id")
+///     .or(KeyStrategy::hash(["model", "messages", "temperature", "max_tokens"]));
+///
+/// let with_id = json!({"request_id": "r-1", "model": "m", "messages": []});
+/// assert_eq!(key.derive(&with_id).unwrap(), "r-1");
+///
+/// let a = json!({"model": "m", "messages": [], "temperature": 0.7, "max_tokens": 8, "submitted_at": 1});
+/// let b = json!({"model": "m", "messages": [], "temperature": 0.70, "max_tokens": 8, "submitted_at": 2});
+/// assert_eq!(key.derive(&a).unwrap(), key.derive(&b).unwrap());
+/// ```
+#[derive(Clone)]
+pub struct KeyStrategy(Source);
+
+#[derive(Clone)]
+enum Source {
+    Pointer(String),
+    Hash {
+        fields: Vec<String>,
+        allow_missing: bool,
+    },
+    Custom(Arc<KeyFn>),
+    FirstOf(Vec<KeyStrategy>),
+}
+
+impl KeyStrategy {
+    /// The value at a JSON pointer (RFC 6901), e.g. `/order/id`. Strings are used as they
+    /// are; numbers, objects and arrays in their canonical JSON form. Absent or `null` is
+    /// [`Error::KeyMissing`].
+    pub fn pointer(pointer: impl Into<String>) -> Self {
+        KeyStrategy(Source::Pointer(pointer.into()))
+    }
+
+    /// A top-level field, e.g. `request_id`.
+    pub fn field(name: &str) -> Self {
+        Self::pointer(field_pointer(name))
+    }
+
+    /// SHA-256 (hex) of the canonical JSON (RFC 8785) of the named fields: top-level names
+    /// or JSON pointers. Every field must be present unless
+    /// [`allow_missing_fields`](Self::allow_missing_fields) is set.
+    pub fn hash<I, S>(fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        KeyStrategy(Source::Hash {
+            fields: fields.into_iter().map(Into::into).collect(),
+            allow_missing: false,
+        })
+    }
+
+    /// SHA-256 (hex) of the canonical JSON of the whole payload. Only right when the payload
+    /// holds nothing volatile.
+    pub fn hash_payload() -> Self {
+        Self::hash(Vec::<String>::new())
+    }
+
+    /// For [`hash`](Self::hash): hash absent fields as absent instead of failing. At least
+    /// one field must still be present, so messages never all share one key.
+    pub fn allow_missing_fields(mut self) -> Self {
+        if let Source::Hash { allow_missing, .. } = &mut self.0 {
+            *allow_missing = true;
+        }
+        self
+    }
+
+    /// A key computed by a closure: `Ok(None)` is a missing key, `Err` an invalid one.
+    pub fn custom<F>(f: F) -> Self
+    where
+        F: Fn(&Value) -> Result<Option<String>, String> + Send + Sync + 'static,
+    {
+        KeyStrategy(Source::Custom(Arc::new(f)))
+    }
+
+    /// Falls back to `other` when this strategy finds no key.
+    pub fn or(self, other: KeyStrategy) -> Self {
+        match self.0 {
+            Source::FirstOf(mut list) => {
+                list.push(other);
+                KeyStrategy(Source::FirstOf(list))
+            }
+            first => KeyStrategy(Source::FirstOf(vec![KeyStrategy(first), other])),
+        }
+    }
+
+    /// The key for `payload`.
+    pub fn derive(&self, payload: &Value) -> Result<String, Error> {
+        match &self.0 {
+            Source::Pointer(pointer) => match payload.pointer(pointer) {
+                None | Some(Value::Null) => Err(Error::KeyMissing {
+                    field: pointer.clone(),
+                }),
+                Some(Value::String(s)) if s.is_empty() => Err(Error::KeyMissing {
+                    field: pointer.clone(),
+                }),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(other) => Ok(crate::canonical::to_canonical_string(other)),
+            },
+            Source::Hash {
+                fields,
+                allow_missing,
+            } => {
+                if fields.is_empty() {
+                    return Ok(hash_value(payload));
+                }
+                let (subset, missing) = subset(payload, fields);
+                if !missing.is_empty() && (!*allow_missing || subset.is_empty()) {
+                    return Err(Error::KeyMissing {
+                        field: missing.join(", "),
+                    });
+                }
+                Ok(hash_value(&Value::Object(subset)))
+            }
+            Source::Custom(f) => match f(payload) {
+                Ok(Some(key)) if !key.is_empty() => Ok(key),
+                Ok(_) => Err(Error::KeyMissing {
+                    field: "the custom key function's result".into(),
+                }),
+                Err(reason) => Err(Error::InvalidKey { reason }),
+            },
+            Source::FirstOf(list) => {
+                let mut missing = Vec::new();
+                for strategy in list {
+                    match strategy.derive(payload) {
+                        Err(Error::KeyMissing { field }) => missing.push(field),
+                        other => return other,
+                    }
+                }
+                Err(Error::KeyMissing {
+                    field: missing.join(" or "),
+                })
+            }
+        }
+    }
+}
+
+impl fmt::Debug for KeyStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Source::Pointer(p) => write!(f, "KeyStrategy::pointer({p:?})"),
+            Source::Hash {
+                fields,
+                allow_missing,
+            } => write!(
+                f,
+                "KeyStrategy::hash({fields:?}{})",
+                if *allow_missing {
+                    ", allow_missing"
+                } else {
+                    ""
+                }
+            ),
+            Source::Custom(_) => f.write_str("KeyStrategy::custom(..)"),
+            Source::FirstOf(list) => f.debug_list().entries(list).finish(),
+        }
+    }
+}
+
+/// SHA-256 hex of the canonical JSON of the named fields, for payload validation.
+/// Absent fields are hashed as absent: a field that appears later is a mismatch.
+pub fn validation_hash(payload: &Value, fields: &[String]) -> String {
+    if fields.is_empty() {
+        return hash_value(payload);
+    }
+    hash_value(&Value::Object(subset(payload, fields).0))
+}
+
+/// SHA-256 hex of the canonical JSON of `value`.
+pub fn hash_value(value: &Value) -> String {
+    let mut text = String::with_capacity(256);
+    write_canonical(value, &mut text);
+    to_hex(&Sha256::digest(text.as_bytes()))
+}
+
+fn subset(payload: &Value, fields: &[String]) -> (Map<String, Value>, Vec<String>) {
+    let mut out = Map::new();
+    let mut missing = Vec::new();
+    for field in fields {
+        let pointer = if field.starts_with('/') {
+            field.clone()
+        } else {
+            field_pointer(field)
+        };
+        match payload.pointer(&pointer) {
+            Some(v) => {
+                out.insert(field.clone(), v.clone());
+            }
+            None => missing.push(field.clone()),
+        }
+    }
+    (out, missing)
+}
+
+fn field_pointer(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pointer_reads_nested_values() {
+        let p = json!({"order": {"id": 4471, "v": "9"}});
+        assert_eq!(
+            KeyStrategy::pointer("/order/id").derive(&p).unwrap(),
+            "4471"
+        );
+        assert_eq!(KeyStrategy::pointer("/order/v").derive(&p).unwrap(), "9");
+    }
+
+    #[test]
+    fn missing_key_is_an_error_not_a_shared_key() {
+        let p = json!({"request_id": null, "other": 1});
+        assert!(matches!(
+            KeyStrategy::field("request_id").derive(&p),
+            Err(Error::KeyMissing { .. })
+        ));
+        assert!(matches!(
+            KeyStrategy::hash(["model", "messages"]).derive(&p),
+            Err(Error::KeyMissing { field }) if field == "model, messages"
+        ));
+        assert!(matches!(
+            KeyStrategy::hash(["model"])
+                .allow_missing_fields()
+                .derive(&p),
+            Err(Error::KeyMissing { .. })
+        ));
+    }
+
+    #[test]
+    fn hash_ignores_fields_outside_the_subset_and_number_spelling() {
+        let k = KeyStrategy::hash(["model", "temperature"]);
+        let a: Value = serde_json::from_str(r#"{"model":"m","temperature":0.7,"at":1}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"at":2,"temperature":7e-1,"model":"m"}"#).unwrap();
+        let c: Value = serde_json::from_str(r#"{"model":"m","temperature":0.8}"#).unwrap();
+        assert_eq!(k.derive(&a).unwrap(), k.derive(&b).unwrap());
+        assert_ne!(k.derive(&a).unwrap(), k.derive(&c).unwrap());
+        assert_eq!(k.derive(&a).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn fallback_takes_the_first_key_found() {
+        let k = KeyStrategy::field("request_id").or(KeyStrategy::hash(["model"]));
+        assert_eq!(
+            k.derive(&json!({"request_id": "x", "model": "m"})).unwrap(),
+            "x"
+        );
+        assert_eq!(k.derive(&json!({"model": "m"})).unwrap().len(), 64);
+        let err = k.derive(&json!({})).unwrap_err();
+        assert!(matches!(err, Error::KeyMissing { field } if field == "/request_id or model"));
+    }
+
+    #[test]
+    fn custom_keys() {
+        let k = KeyStrategy::custom(|v| Ok(v["doc"].as_u64().map(|d| format!("summarise-{d}"))));
+        assert_eq!(k.derive(&json!({"doc": 4471})).unwrap(), "summarise-4471");
+        assert!(matches!(
+            k.derive(&json!({})),
+            Err(Error::KeyMissing { .. })
+        ));
+    }
+
+    #[test]
+    fn known_sha256() {
+        // sha256 of the canonical text `{"a":1}`.
+        assert_eq!(
+            hash_value(&json!({"a": 1})),
+            "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! Idempotent SQS-triggered AWS Lambda handlers.
+//!
+//! Every SQS queue delivers at least once: a message comes twice when a visibility timeout
+//! runs out mid-call, when a worker crashes before its ack, when SQS duplicates a delivery,
+//! or when a producer retries a send. This crate makes the expensive work run once:
+//!
+//! 1. derive a key from what the producer decided ([`KeyStrategy`]), never the message id;
+//! 2. **claim** it with one atomic conditional write, status `INPROGRESS`, with a lease
+//!    that ends with the invocation and a unique lease token;
+//! 3. run the function; store its result (`COMPLETED`) or release the claim on error,
+//!    both fenced by the lease token so a worker that lost its lease cannot overwrite its
+//!    successor.
+//!
+//! A duplicate gets one of three answers: completed returns the stored result; in progress
+//! is [`Error::AlreadyInProgress`] (hand the message back to SQS); expired or lease-passed
+//! is taken over and run.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, Outcome};
+//! use serde_json::json;
+//!
+//! let idempotency = Idempotency::new(MemoryStore::new());
+//! let op = Operation::new("send_email", KeyStrategy::field("request_id"));
+//! let message = json!({"request_id": "r-1", "to": "ada@example.com"});
+//!
+//! for expected in [Outcome::Executed, Outcome::Replayed] {
+//!     let (sent, outcome) = idempotency
+//!         .execute(&op, &message, None, || async { Ok::<_, std::io::Error>("sent".to_string()) })
+//!         .await
+//!         .unwrap();
+//!     assert_eq!((sent.as_str(), outcome), ("sent", expected));
+//! }
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+mod cache;
+pub mod canonical;
+mod config;
+mod engine;
+mod error;
+mod invocation;
+mod key;
+mod record;
+pub mod store;
+
+pub use config::{
+    BASE_BACKOFF, COMPLETION_MARGIN, Config, DEFAULT_EXPIRES_AFTER, DEFAULT_LEASE,
+    DEFAULT_MAX_CLAIM_ATTEMPTS, DEFAULT_MAX_STORE_ATTEMPTS, DISABLED_ENV, MAX_BACKOFF, MIN_LEASE,
+    expiry_for_queue,
+};
+pub use engine::{Idempotency, IdempotencyBuilder, Operation, Outcome};
+pub use error::{BoxError, Error, ExecuteError};
+pub use invocation::{context_deadline, current_deadline, with_context, with_deadline};
+pub use key::{KeyStrategy, hash_value, validation_hash};
+pub use record::{
+    Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
+};
+#[cfg(feature = "dynamodb")]
+pub use store::dynamodb::{AttributeNames, DynamoDbStore};
+pub use store::memory::{MemoryStore, StoreOp};
+pub use store::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};

@@ -1,0 +1,170 @@
+//! The idempotency record and the one place where time becomes numbers.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The state of an idempotency record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Claimed by a worker whose lease runs until `in_progress_expiration`.
+    InProgress,
+    /// Done; `data` holds the result to replay.
+    Completed,
+}
+
+impl Status {
+    /// The stored form, Powertools-compatible.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "INPROGRESS",
+            Status::Completed => "COMPLETED",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "INPROGRESS" => Ok(Status::InProgress),
+            "COMPLETED" => Ok(Status::Completed),
+            other => Err(format!("unknown idempotency status {other:?}")),
+        }
+    }
+}
+
+/// One idempotency record, as every store keeps it.
+///
+/// | field | stored as (DynamoDB default name) |
+/// |---|---|
+/// | `id` | `id`, string, partition key |
+/// | `expiration` | `expiration`, number, epoch **seconds** (the table's TTL attribute) |
+/// | `in_progress_expiration` | `in_progress_expiration`, number, epoch **milliseconds** |
+/// | `status` | `status`, `INPROGRESS` or `COMPLETED` |
+/// | `data` | `data`, the result as a JSON string |
+/// | `validation` | `validation`, SHA-256 hex of the validated payload fields |
+/// | `lease_token` | `lease_token`, the fencing token of the claim |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The stored idempotency id (prefix and key).
+    pub id: String,
+    /// Where the record is in its life.
+    pub status: Status,
+    /// When the record stops counting, whatever its status (TTL may delete it later).
+    pub expiration: SystemTime,
+    /// When the claiming worker's lease ends. Always set on an in-progress record.
+    pub in_progress_expiration: Option<SystemTime>,
+    /// The stored result, JSON.
+    pub data: Option<String>,
+    /// Hash of the validated payload fields.
+    pub validation: Option<String>,
+    /// Unique per claim: completion and release are conditioned on it.
+    pub lease_token: Option<String>,
+}
+
+impl Record {
+    /// Whether the record no longer counts at `now` (expired, or in progress with a
+    /// passed lease): a claim may take it over.
+    pub fn is_claimable_at(&self, now: SystemTime) -> bool {
+        if epoch_secs(self.expiration) < epoch_secs(now) {
+            return true;
+        }
+        self.status == Status::InProgress
+            && self
+                .in_progress_expiration
+                .is_none_or(|lease| epoch_millis(lease) < epoch_millis(now))
+    }
+}
+
+/// A claim: the record a worker writes before it runs the function.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The stored idempotency id.
+    pub id: String,
+    /// The time the claim's condition is evaluated against.
+    pub now: SystemTime,
+    /// Record expiry.
+    pub expiration: SystemTime,
+    /// Lease end.
+    pub lease_until: SystemTime,
+    /// Fencing token.
+    pub lease_token: String,
+    /// Validation hash of the payload.
+    pub validation: Option<String>,
+}
+
+impl Claim {
+    /// The record a successful claim leaves.
+    pub fn to_record(&self) -> Record {
+        Record {
+            id: self.id.clone(),
+            status: Status::InProgress,
+            expiration: self.expiration,
+            in_progress_expiration: Some(self.lease_until),
+            data: None,
+            validation: self.validation.clone(),
+            lease_token: Some(self.lease_token.clone()),
+        }
+    }
+}
+
+/// Epoch seconds, the unit of `expiration` (DynamoDB TTL reads seconds).
+pub fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Epoch milliseconds, the unit of `in_progress_expiration` (Powertools' choice).
+pub fn epoch_millis(t: SystemTime) -> u64 {
+    u64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The inverse of [`epoch_secs`].
+pub fn from_epoch_secs(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// The inverse of [`epoch_millis`].
+pub fn from_epoch_millis(millis: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: Status, exp_s: u64, lease_ms: Option<u64>) -> Record {
+        Record {
+            id: "k".into(),
+            status,
+            expiration: from_epoch_secs(exp_s),
+            in_progress_expiration: lease_ms.map(from_epoch_millis),
+            data: None,
+            validation: None,
+            lease_token: None,
+        }
+    }
+
+    #[test]
+    fn status_round_trips_through_its_stored_form() {
+        for s in [Status::InProgress, Status::Completed] {
+            assert_eq!(s.as_str().parse::<Status>().unwrap(), s);
+        }
+        assert!("IN_PROGRESS".parse::<Status>().is_err());
+    }
+
+    #[test]
+    fn claimable_when_expired_or_lease_passed() {
+        let now = from_epoch_millis(1_000_500);
+        assert!(record(Status::Completed, 999, None).is_claimable_at(now));
+        assert!(!record(Status::Completed, 1_000, None).is_claimable_at(now));
+        assert!(record(Status::InProgress, 2_000, Some(1_000_499)).is_claimable_at(now));
+        assert!(!record(Status::InProgress, 2_000, Some(1_000_500)).is_claimable_at(now));
+    }
+}

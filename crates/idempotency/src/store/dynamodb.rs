@@ -1,0 +1,387 @@
+//! The DynamoDB store.
+//!
+//! # Table
+//! Partition key `id` (string), no sort key, TTL enabled on `expiration`, on-demand
+//! capacity. Attribute names default to Powertools' and can be changed with
+//! [`AttributeNames`].
+//!
+//! # Protocol
+//! 1. **Claim**: one `PutItem` of an `INPROGRESS` item with a fresh lease token, conditioned
+//!    on `attribute_not_exists(id) OR expiration < :now_s OR (status = INPROGRESS AND
+//!    in_progress_expiration < :now_ms)`, with `ReturnValuesOnConditionCheckFailure =
+//!    ALL_OLD`, so a duplicate learns the live record from the same request. Only if a
+//!    conflict comes back without the item does the store make one consistent `GetItem`.
+//! 2. **Complete**: one `UpdateItem` to `COMPLETED` with the result, conditioned on the
+//!    lease token.
+//! 3. **Release**: one `DeleteItem`, conditioned on the lease token.
+//!
+//! A first delivery costs two requests; a duplicate costs one.
+//!
+//! # IAM
+//! `dynamodb:GetItem`, `PutItem`, `UpdateItem`, `DeleteItem` on the table.
+//!
+//! # Limitations
+//! DynamoDB's TTL deletes expired items late (often within days), so expiry is decided by
+//! the `expiration` timestamp in the claim's condition, never by the item being gone.
+//! Items are limited to 400 KB and partition keys to 2048 bytes
+//! ([`StoreLimits::DYNAMODB`]).
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+use crate::error::Error;
+use crate::record::{
+    Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
+};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+const BACKEND: &str = "dynamodb";
+
+/// The attribute names of the record, Powertools' by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributeNames {
+    /// Partition key. Default `id`.
+    pub id: String,
+    /// Epoch seconds, the TTL attribute. Default `expiration`.
+    pub expiration: String,
+    /// Epoch milliseconds. Default `in_progress_expiration`.
+    pub in_progress_expiration: String,
+    /// Default `status`.
+    pub status: String,
+    /// Default `data`.
+    pub data: String,
+    /// Default `validation`.
+    pub validation: String,
+    /// The fencing token (not in Powertools' schema). Default `lease_token`.
+    pub lease_token: String,
+}
+
+impl Default for AttributeNames {
+    fn default() -> Self {
+        Self {
+            id: "id".into(),
+            expiration: "expiration".into(),
+            in_progress_expiration: "in_progress_expiration".into(),
+            status: "status".into(),
+            data: "data".into(),
+            validation: "validation".into(),
+            lease_token: "lease_token".into(),
+        }
+    }
+}
+
+/// An [`IdempotencyStore`] on a DynamoDB table.
+///
+/// ```no_run
+/// # async fn f() {
+/// use lambda_idempotency::{DynamoDbStore, Idempotency};
+/// // Region, credentials and AWS_ENDPOINT_URL come from the environment.
+/// let store = DynamoDbStore::from_env("idempotency").await;
+/// let idempotency = Idempotency::new(store);
+/// # let _ = idempotency;
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    table: String,
+    names: AttributeNames,
+}
+
+impl DynamoDbStore {
+    /// A store on `table` using `client`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            names: AttributeNames::default(),
+        }
+    }
+
+    /// A store on `table` with a client configured from the environment (region,
+    /// credentials, `AWS_ENDPOINT_URL`), as `aws_config::load_defaults` does.
+    pub async fn from_env(table: impl Into<String>) -> Self {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::new(Client::new(&config), table)
+    }
+
+    /// Uses other attribute names.
+    pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+        let n = &self.names;
+        let mut item = HashMap::with_capacity(6);
+        item.insert(n.id.clone(), AttributeValue::S(claim.id.clone()));
+        item.insert(
+            n.status.clone(),
+            AttributeValue::S(Status::InProgress.as_str().into()),
+        );
+        item.insert(n.expiration.clone(), secs(claim.expiration));
+        item.insert(n.in_progress_expiration.clone(), millis(claim.lease_until));
+        item.insert(
+            n.lease_token.clone(),
+            AttributeValue::S(claim.lease_token.clone()),
+        );
+        if let Some(v) = &claim.validation {
+            item.insert(n.validation.clone(), AttributeValue::S(v.clone()));
+        }
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "attribute_not_exists(#id) OR #exp < :now_s OR (#status = :inprogress AND #ipe < :now_ms)",
+            )
+            .expression_attribute_names("#id", &n.id)
+            .expression_attribute_names("#exp", &n.expiration)
+            .expression_attribute_names("#status", &n.status)
+            .expression_attribute_names("#ipe", &n.in_progress_expiration)
+            .expression_attribute_values(":now_s", secs(claim.now))
+            .expression_attribute_values(":now_ms", millis(claim.now))
+            .expression_attribute_values(
+                ":inprogress",
+                AttributeValue::S(Status::InProgress.as_str().into()),
+            )
+            // The replaced item on success, the blocking one on conflict: both for free.
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(ClaimOutcome::Claimed {
+                previous: match out.attributes {
+                    Some(old) if !old.is_empty() => Some(self.parse(&old)?),
+                    _ => None,
+                },
+            }),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(conflict)) => {
+                    match conflict.item() {
+                        Some(old) if !old.is_empty() => Ok(ClaimOutcome::Exists(self.parse(old)?)),
+                        // Some DynamoDB-compatible servers omit ALL_OLD: read once.
+                        _ => Ok(match self.get_once(&claim.id).await? {
+                            Some(record) => ClaimOutcome::Exists(record),
+                            None => ClaimOutcome::Vanished,
+                        }),
+                    }
+                }
+                _ => Err(store_error(err)),
+            },
+        }
+    }
+
+    async fn complete_once(
+        &self,
+        id: &str,
+        token: &str,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        let n = &self.names;
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(&n.id, AttributeValue::S(id.to_owned()))
+            .condition_expression("#tok = :tok")
+            .expression_attribute_names("#tok", &n.lease_token)
+            .expression_attribute_names("#status", &n.status)
+            .expression_attribute_names("#exp", &n.expiration)
+            .expression_attribute_names("#data", &n.data)
+            .expression_attribute_values(":tok", AttributeValue::S(token.to_owned()))
+            .expression_attribute_values(
+                ":completed",
+                AttributeValue::S(Status::Completed.as_str().into()),
+            )
+            .expression_attribute_values(":exp", secs(expiration));
+        let update = match data {
+            Some(data) => update
+                .update_expression("SET #status = :completed, #exp = :exp, #data = :data")
+                .expression_attribute_values(":data", AttributeValue::S(data.to_owned())),
+            None => update.update_expression("SET #status = :completed, #exp = :exp REMOVE #data"),
+        };
+        match update.send().await {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(Error::LeaseLost { key: id.to_owned() })
+                }
+                _ => Err(store_error(err)),
+            },
+        }
+    }
+
+    async fn release_once(&self, id: &str, token: &str) -> Result<(), Error> {
+        let n = &self.names;
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(&n.id, AttributeValue::S(id.to_owned()))
+            .condition_expression("#tok = :tok")
+            .expression_attribute_names("#tok", &n.lease_token)
+            .expression_attribute_values(":tok", AttributeValue::S(token.to_owned()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match err.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(_)) => {
+                    Err(Error::LeaseLost { key: id.to_owned() })
+                }
+                _ => Err(store_error(err)),
+            },
+        }
+    }
+
+    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(&self.names.id, AttributeValue::S(id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(store_error)?;
+        out.item.as_ref().map(|item| self.parse(item)).transpose()
+    }
+
+    fn parse(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, Error> {
+        let n = &self.names;
+        let malformed = |what: &str| {
+            Error::store(
+                BACKEND,
+                false,
+                format!("malformed idempotency item in {}: {what}", self.table),
+            )
+        };
+        let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let number = |name: &str| -> Result<Option<u64>, Error> {
+            match item.get(name) {
+                None | Some(AttributeValue::Null(_)) => Ok(None),
+                Some(v) => v
+                    .as_n()
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .map(Some)
+                    .ok_or_else(|| malformed(&format!("{name} is not a whole number"))),
+            }
+        };
+        Ok(Record {
+            id: string(&n.id).ok_or_else(|| malformed("no id"))?,
+            status: string(&n.status)
+                .ok_or_else(|| malformed("no status"))?
+                .parse()
+                .map_err(|e: String| malformed(&e))?,
+            expiration: from_epoch_secs(
+                number(&n.expiration)?.ok_or_else(|| malformed("no expiration"))?,
+            ),
+            in_progress_expiration: number(&n.in_progress_expiration)?.map(from_epoch_millis),
+            data: string(&n.data),
+            validation: string(&n.validation),
+            lease_token: string(&n.lease_token),
+        })
+    }
+}
+
+fn secs(t: SystemTime) -> AttributeValue {
+    AttributeValue::N(epoch_secs(t).to_string())
+}
+
+fn millis(t: SystemTime) -> AttributeValue {
+    AttributeValue::N(epoch_millis(t).to_string())
+}
+
+/// Maps an SDK error to [`Error::Store`], marking what a later attempt may fix.
+fn store_error<E, R>(err: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static + HasStatus,
+{
+    let retryable = match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(service) => {
+            service.raw().status_code() >= 500
+                || matches!(
+                    service.err().code(),
+                    Some(
+                        "ThrottlingException"
+                            | "ProvisionedThroughputExceededException"
+                            | "RequestLimitExceeded"
+                            | "InternalServerError"
+                            | "TransactionConflictException"
+                    )
+                )
+        }
+        _ => false,
+    };
+    Error::store(
+        BACKEND,
+        retryable,
+        aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string(),
+    )
+}
+
+/// The HTTP status of a raw response, abstracted so [`store_error`] stays generic.
+trait HasStatus {
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_dynamodb::config::http::HttpResponse {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl IdempotencyStore for DynamoDbStore {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn limits(&self) -> StoreLimits {
+        StoreLimits::DYNAMODB
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_once(claim))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.complete_once(id, lease_token, data, expiration))
+    }
+
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.release_once(id, lease_token))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.get_once(id))
+    }
+}

@@ -1,0 +1,210 @@
+//! The in-memory store: the reference behaviour, and the embedded default for local runs
+//! and for tests of user code.
+//!
+//! Records live in one process, behind one mutex, so every operation is atomic. Nothing
+//! survives the process: use it for local runs and tests, not for a deployed function
+//! (each Lambda execution environment would have its own).
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore};
+use crate::error::Error;
+use crate::record::{Claim, Record, Status};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+/// One of the store's four operations, for fault injection and counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    /// [`IdempotencyStore::claim`].
+    Claim,
+    /// [`IdempotencyStore::complete`].
+    Complete,
+    /// [`IdempotencyStore::release`].
+    Release,
+    /// [`IdempotencyStore::get`].
+    Get,
+}
+
+const OPS: [StoreOp; 4] = [
+    StoreOp::Claim,
+    StoreOp::Complete,
+    StoreOp::Release,
+    StoreOp::Get,
+];
+
+/// An in-memory [`IdempotencyStore`]. Cloning shares the records.
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore};
+/// let store = MemoryStore::new();
+/// let idempotency = Idempotency::new(store.clone());
+/// assert_eq!(store.len(), 0);
+/// # let _ = idempotency;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: Mutex<HashMap<String, Record>>,
+    faults: Mutex<HashMap<StoreOp, u32>>,
+    requests: [AtomicU64; 4],
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of records held (expired ones included, as a TTL store would).
+    pub fn len(&self) -> usize {
+        self.records().len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A copy of the record with this id.
+    pub fn record(&self, id: &str) -> Option<Record> {
+        self.records().get(id).cloned()
+    }
+
+    /// Makes the next `count` calls of `op` fail with a retryable [`Error::Store`], as a
+    /// throttled backend would. For testing how user code handles store errors.
+    pub fn inject_failures(&self, op: StoreOp, count: u32) {
+        *self
+            .inner
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(op)
+            .or_default() += count;
+    }
+
+    /// How many calls of `op` the store received (failed ones included).
+    pub fn requests(&self, op: StoreOp) -> u64 {
+        self.inner.requests[op_index(op)].load(Ordering::Relaxed)
+    }
+
+    /// Calls of all operations.
+    pub fn total_requests(&self) -> u64 {
+        OPS.iter().map(|op| self.requests(*op)).sum()
+    }
+
+    fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
+        // A panic elsewhere cannot leave a half-written record: every update is one insert.
+        self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn enter(&self, op: StoreOp) -> Result<(), Error> {
+        self.inner.requests[op_index(op)].fetch_add(1, Ordering::Relaxed);
+        let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
+        match faults.get_mut(&op) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                Err(Error::store(
+                    "memory",
+                    true,
+                    format!("injected {op:?} failure"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn claim_now(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+        self.enter(StoreOp::Claim)?;
+        let mut records = self.records();
+        match records.get(&claim.id) {
+            Some(existing) if !existing.is_claimable_at(claim.now) => {
+                Ok(ClaimOutcome::Exists(existing.clone()))
+            }
+            _ => {
+                let previous = records.insert(claim.id.clone(), claim.to_record());
+                Ok(ClaimOutcome::Claimed { previous })
+            }
+        }
+    }
+
+    fn complete_now(
+        &self,
+        id: &str,
+        token: &str,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        self.enter(StoreOp::Complete)?;
+        let mut records = self.records();
+        match records.get_mut(id) {
+            Some(r) if r.lease_token.as_deref() == Some(token) => {
+                r.status = Status::Completed;
+                r.data = data.map(str::to_owned);
+                r.expiration = expiration;
+                Ok(())
+            }
+            _ => Err(Error::LeaseLost { key: id.to_owned() }),
+        }
+    }
+
+    fn release_now(&self, id: &str, token: &str) -> Result<(), Error> {
+        self.enter(StoreOp::Release)?;
+        let mut records = self.records();
+        match records.get(id) {
+            Some(r) if r.lease_token.as_deref() == Some(token) => {
+                records.remove(id);
+                Ok(())
+            }
+            _ => Err(Error::LeaseLost { key: id.to_owned() }),
+        }
+    }
+}
+
+fn op_index(op: StoreOp) -> usize {
+    match op {
+        StoreOp::Claim => 0,
+        StoreOp::Complete => 1,
+        StoreOp::Release => 2,
+        StoreOp::Get => 3,
+    }
+}
+
+impl IdempotencyStore for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(async move { self.claim_now(claim) })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.complete_now(id, lease_token, data, expiration) })
+    }
+
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.release_now(id, lease_token) })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(async move {
+            self.enter(StoreOp::Get)?;
+            Ok(self.record(id))
+        })
+    }
+}

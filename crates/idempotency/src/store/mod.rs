@@ -1,0 +1,132 @@
+//! Where idempotency records live: one small trait, several backends.
+//!
+//! A store does four things, each in one request where the backend allows:
+//! [`claim`](IdempotencyStore::claim) is the atomic conditional write taken before the
+//! work, [`complete`](IdempotencyStore::complete) and [`release`](IdempotencyStore::release)
+//! end a claim and are fenced by its lease token, [`get`](IdempotencyStore::get) reads.
+//! The engine ([`Idempotency`](crate::Idempotency)) holds all policy; a store only
+//! evaluates conditions atomically.
+
+use crate::error::Error;
+use crate::record::{Claim, Record};
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::SystemTime;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
+pub mod memory;
+
+/// A boxed future, so stores can be used as `dyn IdempotencyStore`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The claim was written. `previous` is the record it replaced (expired, or in
+    /// progress with a passed lease), if the backend returns it.
+    Claimed {
+        /// The replaced record.
+        previous: Option<Record>,
+    },
+    /// A live record holds the key; the claim was not written.
+    Exists(Record),
+    /// The claim was refused but the record was gone when read: the caller retries.
+    Vanished,
+}
+
+/// Size limits the engine checks before writing, so an oversized write fails clearly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Largest stored id in bytes (DynamoDB's partition key limit is 2048).
+    pub max_id_bytes: usize,
+    /// Largest record in bytes, ids, attribute names and result included
+    /// (DynamoDB's item limit is 400 KB).
+    pub max_record_bytes: usize,
+}
+
+impl StoreLimits {
+    /// DynamoDB's limits, which the in-memory store mirrors so local tests fail alike.
+    pub const DYNAMODB: StoreLimits = StoreLimits {
+        max_id_bytes: 2048,
+        max_record_bytes: 400 * 1024,
+    };
+}
+
+/// A backend for idempotency records.
+///
+/// # Contract
+/// - `claim` writes `claim.to_record()` in one atomic conditional operation that succeeds
+///   only when no record has the id, or the record has expired (`expiration` before
+///   `claim.now`, by whole seconds), or it is in progress and its lease ended before
+///   `claim.now` (by milliseconds). Never read-then-write.
+/// - `complete` sets status `COMPLETED`, the result and a new expiration, and `release`
+///   deletes the record, each only if the stored lease token equals `lease_token`;
+///   otherwise they fail with [`Error::LeaseLost`] and change nothing.
+/// - Backend failures are [`Error::Store`], with `retryable` set for throttling, 5xx
+///   answers and timeouts.
+///
+/// [`conformance`](crate::store::conformance) (feature `conformance`) checks all of this.
+pub trait IdempotencyStore: Send + Sync + Debug {
+    /// The backend's name, for errors and logs.
+    fn name(&self) -> &'static str;
+
+    /// The size limits the engine enforces before writing.
+    fn limits(&self) -> StoreLimits {
+        StoreLimits::DYNAMODB
+    }
+
+    /// Atomically claims `claim.id` (see the contract above).
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>>;
+
+    /// Marks the claim completed with `data` (the result as JSON; `None` when it was too
+    /// large to store) and a new `expiration`.
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Deletes the claim so the next delivery can run the function again.
+    fn release<'a>(&'a self, id: &'a str, lease_token: &'a str)
+    -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Reads a record (strongly consistent where the backend offers it).
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>>;
+}
+
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn limits(&self) -> StoreLimits {
+        (**self).limits()
+    }
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        (**self).claim(claim)
+    }
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        (**self).complete(id, lease_token, data, expiration)
+    }
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        (**self).release(id, lease_token)
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        (**self).get(id)
+    }
+}

@@ -1,0 +1,389 @@
+//! The in-memory store against the conformance suite, and the engine's behaviour and
+//! request counts over it.
+
+use lambda_idempotency::store::conformance;
+use lambda_idempotency::{
+    Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome, Status, StoreOp,
+};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_passes_the_conformance_suite() {
+    let store = MemoryStore::new();
+    let faults = store.clone();
+    conformance::run_all(&store, async |op| faults.inject_failures(op, 1)).await;
+}
+
+fn op() -> Operation {
+    Operation::new("generate", KeyStrategy::field("request_id")).validate(["prompt"])
+}
+
+fn payload(id: &str) -> Value {
+    json!({"request_id": id, "prompt": "hi"})
+}
+
+/// Runs `op` once on `payload`, counting calls in `calls`.
+async fn call(
+    idem: &Idempotency,
+    payload: &Value,
+    calls: &AtomicU32,
+) -> Result<(String, Outcome), ExecuteError<String>> {
+    idem.execute(&op(), payload, None, || async {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, String>("answer".to_string())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn request_counts_are_the_physical_minimum() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone()).build();
+    let calls = AtomicU32::new(0);
+    call(&idem, &payload("a"), &calls).await.unwrap();
+    assert_eq!(
+        store.total_requests(),
+        2,
+        "first delivery: claim + complete"
+    );
+    let (_, outcome) = call(&idem, &payload("a"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(store.total_requests(), 3, "completed duplicate: one claim");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn local_cache_answers_duplicates_without_the_store() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone()).local_cache(16).build();
+    let calls = AtomicU32::new(0);
+    call(&idem, &payload("a"), &calls).await.unwrap();
+    let before = store.total_requests();
+    let (_, outcome) = call(&idem, &payload("a"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::ReplayedFromCache);
+    assert_eq!(
+        store.total_requests(),
+        before,
+        "a cache hit makes no store request"
+    );
+    let other = json!({"request_id": "a", "prompt": "changed"});
+    let mismatch = call(&idem, &other, &calls).await;
+    assert!(matches!(
+        mismatch,
+        Err(ExecuteError::Idempotency(Error::PayloadMismatch { .. }))
+    ));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn in_progress_duplicate_is_refused_with_one_request() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.execute(&op(), &payload("slow"), None, || async move {
+                started_tx.send(()).unwrap();
+                finish_rx.await.unwrap();
+                Ok::<_, String>("done".to_string())
+            })
+            .await
+        })
+    };
+    started_rx.await.unwrap();
+    let before = store.total_requests();
+    let calls = AtomicU32::new(0);
+    let dup = call(&idem, &payload("slow"), &calls).await;
+    assert!(
+        matches!(
+            dup,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "got {dup:?}"
+    );
+    assert_eq!(
+        store.total_requests() - before,
+        1,
+        "in-progress duplicate: one claim"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    finish_tx.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap().1, Outcome::Executed);
+    let (v, outcome) = call(&idem, &payload("slow"), &calls).await.unwrap();
+    assert_eq!((v.as_str(), outcome), ("done", Outcome::Replayed));
+}
+
+#[tokio::test]
+async fn function_error_releases_and_returns_the_functions_error() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let result = idem
+        .execute(&op(), &payload("e"), None, || async {
+            Err::<String, _>("provider said 503".to_string())
+        })
+        .await;
+    match result {
+        Err(ExecuteError::Function(e)) => assert_eq!(e, "provider said 503"),
+        other => panic!("expected the function's own error, got {other:?}"),
+    }
+    assert!(store.is_empty(), "the claim was released");
+    let calls = AtomicU32::new(0);
+    let (_, outcome) = call(&idem, &payload("e"), &calls).await.unwrap();
+    assert_eq!(
+        (outcome, calls.load(Ordering::SeqCst)),
+        (Outcome::Executed, 1)
+    );
+}
+
+#[tokio::test]
+async fn crashed_worker_is_taken_over_after_its_lease() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_millis(1200))
+        .build();
+    // A worker that dies mid-call: its future is dropped while the function runs.
+    let (crash_op, crash_payload) = (op(), payload("c"));
+    let crashed = idem.execute(&crash_op, &crash_payload, None, || async {
+        std::future::pending::<()>().await;
+        Ok::<_, String>("never".to_string())
+    });
+    let _ = tokio::time::timeout(Duration::from_millis(50), crashed).await;
+    let calls = AtomicU32::new(0);
+    assert!(matches!(
+        call(&idem, &payload("c"), &calls).await,
+        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+    ));
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (_, outcome) = call(&idem, &payload("c"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::TookOver);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn lease_comes_from_the_invocation_deadline() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let deadline = SystemTime::now() + Duration::from_secs(42);
+    let calls = AtomicU32::new(0);
+    let s = store.clone();
+    idem.execute(&op(), &payload("d"), Some(deadline), || async {
+        let id = "local.generate#d";
+        let lease = s.record(id).unwrap().in_progress_expiration.unwrap();
+        let diff = lease
+            .duration_since(deadline)
+            .unwrap_or_else(|e| e.duration());
+        assert!(
+            diff < Duration::from_millis(1),
+            "lease {lease:?} is the deadline {deadline:?}"
+        );
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, String>(String::new())
+    })
+    .await
+    .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn completion_is_retried_through_store_errors() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_secs(30))
+        .build();
+    store.inject_failures(StoreOp::Complete, 4);
+    let calls = AtomicU32::new(0);
+    let (_, outcome) = call(&idem, &payload("r"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    assert_eq!(
+        store.requests(StoreOp::Complete),
+        5,
+        "four failures, then success"
+    );
+    assert_eq!(
+        store.record("local.generate#r").unwrap().status,
+        Status::Completed
+    );
+    let (_, outcome) = call(&idem, &payload("r"), &calls).await.unwrap();
+    assert_eq!(
+        (outcome, calls.load(Ordering::SeqCst)),
+        (Outcome::Replayed, 1)
+    );
+}
+
+#[tokio::test]
+async fn completion_gives_up_before_the_lease_ends() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_millis(1500))
+        .build();
+    store.inject_failures(StoreOp::Complete, 1000);
+    let calls = AtomicU32::new(0);
+    let started = std::time::Instant::now();
+    let (_, outcome) = call(&idem, &payload("g"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::ExecutedUnstored);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "gave up within the lease"
+    );
+    assert!(
+        store.requests(StoreOp::Complete) > 2,
+        "retried before giving up"
+    );
+    assert_eq!(
+        store.record("local.generate#g").unwrap().status,
+        Status::InProgress
+    );
+}
+
+#[tokio::test]
+async fn zombie_worker_gets_lease_lost() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_millis(1000))
+        .build();
+    let (takeover_tx, takeover_rx) = tokio::sync::oneshot::channel::<()>();
+    let zombie = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.execute(&op(), &payload("z"), None, || async move {
+                takeover_rx.await.unwrap();
+                Ok::<_, String>("stale".to_string())
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let calls = AtomicU32::new(0);
+    let (_, outcome) = call(&idem, &payload("z"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::TookOver);
+    takeover_tx.send(()).unwrap();
+    let result = zombie.await.unwrap();
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::LeaseLost { .. }))
+        ),
+        "got {result:?}"
+    );
+    let record = store.record("local.generate#z").unwrap();
+    assert_eq!(
+        record.data.as_deref(),
+        Some("\"answer\""),
+        "the new owner's result survives"
+    );
+}
+
+#[tokio::test]
+async fn oversized_result_is_refused_and_never_rerun() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let calls = Arc::new(AtomicU32::new(0));
+    for _ in 0..2 {
+        let calls = calls.clone();
+        let result = idem
+            .execute(&op(), &payload("big"), None, || async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("x".repeat(500 * 1024))
+            })
+            .await;
+        assert!(
+            matches!(
+                result,
+                Err(ExecuteError::Idempotency(
+                    Error::ResultTooLarge { .. } | Error::ResultNotStored { .. }
+                ))
+            ),
+            "got {result:?}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the function ran once");
+    let record = store.record("local.generate#big").unwrap();
+    assert_eq!((record.status, record.data), (Status::Completed, None));
+}
+
+#[tokio::test]
+async fn keys_are_checked_before_any_store_request() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let calls = AtomicU32::new(0);
+    let missing = call(&idem, &json!({"prompt": "hi"}), &calls).await;
+    assert!(matches!(
+        missing,
+        Err(ExecuteError::Idempotency(Error::KeyMissing { .. }))
+    ));
+    let long = call(&idem, &payload(&"k".repeat(3000)), &calls).await;
+    assert!(
+        matches!(long, Err(ExecuteError::Idempotency(Error::KeyTooLong { len, max: 2048, .. })) if len > 3000)
+    );
+    assert_eq!(
+        (store.total_requests(), calls.load(Ordering::SeqCst)),
+        (0, 0)
+    );
+}
+
+#[tokio::test]
+async fn operations_and_prefixes_keep_keys_apart() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone())
+        .function_name("worker")
+        .build();
+    let p = payload("same");
+    let a = Operation::new("summarise", KeyStrategy::field("request_id"));
+    let b = Operation::new("translate", KeyStrategy::field("request_id"));
+    let c = Operation::new("renamed", KeyStrategy::field("request_id")).key_prefix("stable");
+    assert_eq!(
+        idem.idempotency_id(&a, &p).unwrap(),
+        "worker.summarise#same"
+    );
+    assert_eq!(
+        idem.idempotency_id(&b, &p).unwrap(),
+        "worker.translate#same"
+    );
+    assert_eq!(idem.idempotency_id(&c, &p).unwrap(), "stable#same");
+}
+
+#[tokio::test]
+async fn disabled_runs_every_call() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::builder(store.clone()).disabled(true).build();
+    let calls = AtomicU32::new(0);
+    for _ in 0..2 {
+        let (_, outcome) = call(&idem, &payload("x"), &calls).await.unwrap();
+        assert_eq!(outcome, Outcome::Disabled);
+    }
+    assert_eq!(
+        (calls.load(Ordering::SeqCst), store.total_requests()),
+        (2, 0)
+    );
+}
+
+#[tokio::test]
+async fn claim_retries_throttling_within_bounds() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    store.inject_failures(StoreOp::Claim, 2);
+    let calls = AtomicU32::new(0);
+    assert_eq!(
+        call(&idem, &payload("t"), &calls).await.unwrap().1,
+        Outcome::Executed
+    );
+    store.inject_failures(StoreOp::Claim, 3);
+    let err = call(&idem, &payload("u"), &calls).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecuteError::Idempotency(Error::Store {
+                backend: "memory",
+                retryable: true,
+                ..
+            })
+        ),
+        "three failed attempts surface as a store error, got {err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no call without a claim");
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""A DynamoDB-compatible test server: moto's server mode behind a thin wrapper of ours.
+
+Why the wrapper:
+- moto's DynamoDB backend takes no lock, so two concurrent conditional PutItems on one
+  key can both succeed. The wrapper serializes every DynamoDB request, which makes
+  conditional writes atomic as they are on the real service.
+- Tests count store round trips. The wrapper counts requests per (table, operation).
+- Tests inject faults (throttling, 500s) per (table, operation), so a fault test
+  touches only its own table.
+
+Control endpoints (JSON), all under /_test/:
+  GET  /_test/health                     -> {"ok": true}
+  GET  /_test/counts?table=T             -> {"PutItem": 1, ...}
+  POST /_test/reset?table=T              -> clears counts and faults of T
+  POST /_test/faults  {"table": T, "operation": "UpdateItem",
+                       "kind": "throttle" | "internal", "count": 3}
+
+Usage: dynamodb_server.py --port 8000 [--port-file F]
+"""
+
+import argparse
+import json
+import socket
+import threading
+from collections import defaultdict
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+LOCK = threading.Lock()
+COUNTS = defaultdict(lambda: defaultdict(int))  # table -> operation -> n
+FAULTS = defaultdict(list)  # (table, operation) -> [kind, ...]
+
+FAULT_BODIES = {
+    "throttle": (
+        400,
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
+            "message": "Rate of requests exceeds the allowed throughput (injected by the test server).",
+        },
+    ),
+    "internal": (
+        500,
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
+            "message": "Internal server error (injected by the test server).",
+        },
+    ),
+}
+
+
+def respond(start_response, status, payload, content_type="application/json"):
+    body = json.dumps(payload).encode()
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}[status]
+    start_response(
+        f"{status} {reason}",
+        [("Content-Type", content_type), ("Content-Length", str(len(body)))],
+    )
+    return [body]
+
+
+def query_param(environ, name):
+    for pair in environ.get("QUERY_STRING", "").split("&"):
+        key, _, value = pair.partition("=")
+        if key == name:
+            return value
+    return None
+
+
+class Wrapper:
+    def __init__(self, app):
+        self.app = app
+
+    def control(self, environ, start_response):
+        path = environ["PATH_INFO"]
+        method = environ["REQUEST_METHOD"]
+        if path == "/_test/health":
+            return respond(start_response, 200, {"ok": True})
+        if path == "/_test/counts" and method == "GET":
+            table = query_param(environ, "table") or ""
+            with LOCK:
+                return respond(start_response, 200, dict(COUNTS.get(table, {})))
+        if path == "/_test/reset" and method == "POST":
+            table = query_param(environ, "table") or ""
+            with LOCK:
+                COUNTS.pop(table, None)
+                for key in [k for k in FAULTS if k[0] == table]:
+                    del FAULTS[key]
+            return respond(start_response, 200, {"ok": True})
+        if path == "/_test/faults" and method == "POST":
+            spec = json.loads(read_body(environ) or b"{}")
+            kind = spec.get("kind", "throttle")
+            if kind not in FAULT_BODIES:
+                return respond(start_response, 400, {"error": f"unknown fault kind {kind!r}"})
+            with LOCK:
+                FAULTS[(spec["table"], spec["operation"])].extend([kind] * int(spec.get("count", 1)))
+            return respond(start_response, 200, {"ok": True})
+        return respond(start_response, 404, {"error": f"no control endpoint {method} {path}"})
+
+    def __call__(self, environ, start_response):
+        if environ["PATH_INFO"].startswith("/_test/"):
+            return self.control(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        operation = target.rpartition(".")[2] if target.startswith("DynamoDB_") else None
+        body = read_body(environ)
+        table = ""
+        if operation:
+            try:
+                table = json.loads(body or b"{}").get("TableName", "")
+            except ValueError:
+                pass
+        environ["wsgi.input"] = _Replay(body)
+        with LOCK:
+            if operation:
+                COUNTS[table][operation] += 1
+                pending = FAULTS.get((table, operation))
+                if pending:
+                    status, payload = FAULT_BODIES[pending.pop(0)]
+                    return respond(start_response, status, payload, "application/x-amz-json-1.0")
+            # Serialized: moto's conditional writes are only atomic under this lock.
+            return list(self.app(environ, start_response))
+
+
+def read_body(environ):
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    return environ["wsgi.input"].read(length) if length else b""
+
+
+class _Replay:
+    def __init__(self, data):
+        self.data = data
+        self.pos = 0
+
+    def read(self, size=-1):
+        if size is None or size < 0:
+            size = len(self.data) - self.pos
+        chunk = self.data[self.pos : self.pos + size]
+        self.pos += len(chunk)
+        return chunk
+
+    def readline(self, size=-1):
+        return self.read(size)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--port-file", help="write the bound port here once listening")
+    args = parser.parse_args()
+
+    app = Wrapper(DomainDispatcherApplication(create_backend_app))
+    server = make_server(args.host, args.port, app, threaded=True)
+    port = server.socket.getsockname()[1]
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write(str(port))
+        import os
+
+        os.replace(args.port_file + ".tmp", args.port_file)
+    print(f"dynamodb test server listening on http://{args.host}:{port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(None)
+    main()

@@ -1,0 +1,158 @@
+//! Support for the end-to-end tests: the local DynamoDB test server and its control API.
+//!
+//! The server is `tests/servers/dynamodb_server.py` (moto behind a wrapper that serializes
+//! requests, counts them and injects faults), started by `scripts/test`. Tests find it at
+//! `DYNAMODB_TEST_ENDPOINT`; when it is absent they fail and say how to start it.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub mod http;
+
+/// The environment variable naming the test server, e.g. `http://127.0.0.1:8000`.
+pub const ENDPOINT_ENV: &str = "DYNAMODB_TEST_ENDPOINT";
+
+const HOW_TO_START: &str = "run the whole suite with `scripts/test`, which installs and starts it, \
+or start it yourself with `.venv/bin/python tests/servers/dynamodb_server.py --port 8000` \
+and set DYNAMODB_TEST_ENDPOINT=http://127.0.0.1:8000";
+
+/// The test server's address. Panics, saying what to start, when it is not reachable.
+pub async fn endpoint() -> String {
+    let endpoint = std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| {
+        panic!("{ENDPOINT_ENV} is not set: these tests need the local DynamoDB test server; {HOW_TO_START}")
+    });
+    let addr = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    if let Err(e) = TcpStream::connect(&addr).await {
+        panic!("the DynamoDB test server at {endpoint} is not reachable ({e}); {HOW_TO_START}");
+    }
+    endpoint
+}
+
+/// A DynamoDB client for the test server, with SDK retries off so request counts and
+/// fault tests see every request.
+pub fn client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "e2e-tests"))
+        .retry_config(RetryConfig::disabled())
+        .build();
+    Client::from_conf(config)
+}
+
+/// A fresh idempotency table of a test's own on the test server.
+#[derive(Debug, Clone)]
+pub struct TestTable {
+    /// The client used to create it.
+    pub client: Client,
+    /// The table's name, unique to this test.
+    pub name: String,
+    endpoint: String,
+}
+
+impl TestTable {
+    /// Creates a table named after `test` (plus a counter and the process id).
+    pub async fn create(test: &str) -> TestTable {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let endpoint = endpoint().await;
+        let client = client(&endpoint);
+        let name = format!(
+            "{test}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        client
+            .create_table()
+            .table_name(&name)
+            .billing_mode(BillingMode::PayPerRequest)
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("id")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("id")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create table {name}: {e:?}"));
+        let table = TestTable {
+            client,
+            name,
+            endpoint,
+        };
+        table.reset().await;
+        table
+    }
+
+    /// The requests this table received, by operation (`PutItem`, `UpdateItem`, ...).
+    pub async fn counts(&self) -> HashMap<String, u64> {
+        let body = self
+            .control("GET", &format!("/_test/counts?table={}", self.name), None)
+            .await;
+        serde_json::from_value(body).expect("counts are a map")
+    }
+
+    /// Requests to the item operations (Put, Update, Delete, Get) since the last reset.
+    pub async fn item_requests(&self) -> u64 {
+        let counts = self.counts().await;
+        ["PutItem", "UpdateItem", "DeleteItem", "GetItem"]
+            .iter()
+            .map(|op| counts.get(*op).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// Clears this table's counters and pending faults.
+    pub async fn reset(&self) {
+        self.control("POST", &format!("/_test/reset?table={}", self.name), None)
+            .await;
+    }
+
+    /// Makes the next `count` requests of `operation` on this table fail: `kind` is
+    /// `"throttle"` (400 ThrottlingException) or `"internal"` (500).
+    pub async fn inject(&self, operation: &str, kind: &str, count: u32) {
+        let spec =
+            json!({"table": self.name, "operation": operation, "kind": kind, "count": count});
+        self.control("POST", "/_test/faults", Some(spec)).await;
+    }
+
+    async fn control(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.endpoint);
+        let (status, body) = http::request(method, &url, body.map(|b| b.to_string()).as_deref())
+            .await
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        assert_eq!(status, 200, "{method} {url}: {body}");
+        serde_json::from_str(&body).expect("control answers are JSON")
+    }
+}
+
+/// Reads a whole stream, for the tiny HTTP client.
+pub(crate) async fn read_all(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await?;
+    Ok(buf)
+}
+
+/// Writes all of `bytes`, for the tiny HTTP client.
+pub(crate) async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes).await
+}

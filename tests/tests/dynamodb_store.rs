@@ -1,0 +1,218 @@
+//! The DynamoDB store against a real DynamoDB-compatible server: the conformance suite,
+//! request counts per path, and store faults.
+
+use e2e_tests::TestTable;
+use lambda_idempotency::store::conformance;
+use lambda_idempotency::{
+    DynamoDbStore, Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome, StoreOp,
+};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+fn dynamo_op(op: StoreOp) -> &'static str {
+    match op {
+        StoreOp::Claim => "PutItem",
+        StoreOp::Complete => "UpdateItem",
+        StoreOp::Release => "DeleteItem",
+        StoreOp::Get => "GetItem",
+    }
+}
+
+async fn store(test: &str) -> (TestTable, DynamoDbStore) {
+    let table = TestTable::create(test).await;
+    let store = DynamoDbStore::new(table.client.clone(), &table.name);
+    (table, store)
+}
+
+fn op() -> Operation {
+    Operation::new("generate", KeyStrategy::field("request_id")).validate(["prompt"])
+}
+
+fn payload(id: &str) -> Value {
+    json!({"request_id": id, "prompt": "hi"})
+}
+
+async fn call(
+    idem: &Idempotency,
+    payload: &Value,
+    calls: &AtomicU32,
+) -> Result<(String, Outcome), ExecuteError<String>> {
+    idem.execute(&op(), payload, None, || async {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, String>("answer".to_string())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_store_passes_the_conformance_suite() {
+    let (table, store) = store("conformance").await;
+    conformance::run_all(&store, async |op| {
+        table.inject(dynamo_op(op), "throttle", 1).await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn request_counts_per_path() {
+    let (table, store) = store("counts").await;
+    let idem = Idempotency::new(store.clone());
+    let calls = AtomicU32::new(0);
+
+    call(&idem, &payload("a"), &calls).await.unwrap();
+    let counts = table.counts().await;
+    assert_eq!(counts.get("PutItem"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("UpdateItem"), Some(&1), "{counts:?}");
+    assert_eq!(
+        table.item_requests().await,
+        2,
+        "first delivery: PutItem + UpdateItem"
+    );
+
+    table.reset().await;
+    let (_, outcome) = call(&idem, &payload("a"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(
+        table.item_requests().await,
+        1,
+        "completed duplicate: one PutItem"
+    );
+
+    // In progress: claim directly through the engine with a function that waits.
+    table.reset().await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.execute(&op(), &payload("b"), None, || async move {
+                started_tx.send(()).unwrap();
+                finish_rx.await.unwrap();
+                Ok::<_, String>("b".to_string())
+            })
+            .await
+        })
+    };
+    started_rx.await.unwrap();
+    table.reset().await;
+    let dup = call(&idem, &payload("b"), &calls).await;
+    assert!(
+        matches!(
+            dup,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "{dup:?}"
+    );
+    assert_eq!(
+        table.item_requests().await,
+        1,
+        "in-progress duplicate: one PutItem"
+    );
+    finish_tx.send(()).unwrap();
+    first.await.unwrap().unwrap();
+
+    let cached = Idempotency::builder(store).local_cache(8).build();
+    call(&cached, &payload("c"), &calls).await.unwrap();
+    table.reset().await;
+    let (_, outcome) = call(&cached, &payload("c"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::ReplayedFromCache);
+    assert_eq!(
+        table.item_requests().await,
+        0,
+        "local cache hit: no request"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "two distinct keys ran");
+}
+
+/// Powertools left the record in progress after four throttled UpdateItems, and the
+/// redelivery called the provider again. Here completion is retried within the lease.
+#[tokio::test]
+async fn throttled_completion_is_retried_and_the_duplicate_replays() {
+    let (table, store) = store("throttled-completion").await;
+    let idem = Idempotency::builder(store)
+        .lease(Duration::from_secs(30))
+        .build();
+    table.inject("UpdateItem", "throttle", 4).await;
+    let calls = AtomicU32::new(0);
+    let (_, outcome) = call(&idem, &payload("t"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    assert_eq!(
+        table.counts().await.get("UpdateItem"),
+        Some(&5),
+        "four throttled, one stored"
+    );
+    let (_, outcome) = call(&idem, &payload("t"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one call in total");
+}
+
+#[tokio::test]
+async fn server_errors_on_claim_are_retried_then_surface() {
+    let (table, store) = store("claim-500").await;
+    let idem = Idempotency::new(store);
+    let calls = AtomicU32::new(0);
+    table.inject("PutItem", "internal", 1).await;
+    assert_eq!(
+        call(&idem, &payload("x"), &calls).await.unwrap().1,
+        Outcome::Executed
+    );
+    table.inject("PutItem", "internal", 3).await;
+    let err = call(&idem, &payload("y"), &calls).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecuteError::Idempotency(Error::Store {
+                backend: "dynamodb",
+                retryable: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no call without a claim");
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_clear_non_retryable_store_error() {
+    let endpoint = e2e_tests::endpoint().await;
+    let store = DynamoDbStore::new(e2e_tests::client(&endpoint), "no-such-table");
+    let idem = Idempotency::new(store);
+    let calls = AtomicU32::new(0);
+    let err = call(&idem, &payload("x"), &calls).await.unwrap_err();
+    match err {
+        ExecuteError::Idempotency(
+            e @ Error::Store {
+                retryable: false, ..
+            },
+        ) => {
+            assert!(e.to_string().contains("ResourceNotFound"), "{e}");
+        }
+        other => panic!("expected a non-retryable store error, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn crashed_worker_is_taken_over_after_its_lease() {
+    let (table, store) = store("takeover").await;
+    let idem = Idempotency::builder(store)
+        .lease(Duration::from_millis(1500))
+        .build();
+    let (crash_op, crash_payload) = (op(), payload("c"));
+    let crashed = idem.execute(&crash_op, &crash_payload, None, || async {
+        std::future::pending::<()>().await;
+        Ok::<_, String>(String::new())
+    });
+    let _ = tokio::time::timeout(Duration::from_millis(300), crashed).await;
+    let calls = AtomicU32::new(0);
+    tokio::time::sleep(Duration::from_millis(1400)).await;
+    table.reset().await;
+    let (_, outcome) = call(&idem, &payload("c"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::TookOver);
+    assert_eq!(
+        table.item_requests().await,
+        2,
+        "a takeover costs a first delivery's two"
+    );
+}

@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 async fn main() {
     let store = MemoryStore::new();
     let idempotency = Idempotency::new(store.clone());
-    let op = Operation::new("send_email", KeyStrategy::field("request_id")).validate(["to", "body"]);
+    let op =
+        Operation::new("send_email", KeyStrategy::field("request_id")).validate(["to", "body"]);
     let sends = AtomicU32::new(0);
 
-    let message = json!({"request_id": "r-1", "to": "ada@example.com", "body": "hello", "sent_at": 1});
+    let message =
+        json!({"request_id": "r-1", "to": "ada@example.com", "body": "hello", "sent_at": 1});
     for delivery in 1..=3 {
         let (receipt, outcome) = idempotency
             .execute(&op, &message, None, || async {

@@ -39,6 +39,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// An SQS message body is missing or does not parse as the handler's input. It will not
+    /// parse on redelivery either: let it reach the dead-letter queue.
+    InvalidBody {
+        /// The SQS message id.
+        message_id: String,
+        /// The parser's error.
+        reason: String,
+    },
     /// The stored id is longer than the store's partition key limit.
     KeyTooLong {
         /// The stored idempotency id, cut to its first 64 bytes.
@@ -147,6 +155,9 @@ impl fmt::Display for Error {
                 "the payload has no idempotency key at {field}; refusing to process it without one"
             ),
             Error::InvalidKey { reason } => write!(f, "cannot derive an idempotency key: {reason}"),
+            Error::InvalidBody { message_id, reason } => {
+                write!(f, "message {message_id} has an invalid body: {reason}")
+            }
             Error::KeyTooLong {
                 key_prefix,
                 len,

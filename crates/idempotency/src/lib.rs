@@ -36,6 +36,15 @@
 //! ```
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
+mod batch;
 mod cache;
 pub mod canonical;
 mod config;
@@ -43,9 +52,14 @@ mod engine;
 mod error;
 mod invocation;
 mod key;
+mod layer;
 mod record;
 pub mod store;
 
+pub use batch::{
+    BatchError, BatchReport, DEFAULT_MAX_CONCURRENCY, FailureKind, RecordFailure, RecordReport,
+    SqsBatch, json_body,
+};
 pub use config::{
     BASE_BACKOFF, COMPLETION_MARGIN, Config, DEFAULT_EXPIRES_AFTER, DEFAULT_LEASE,
     DEFAULT_MAX_CLAIM_ATTEMPTS, DEFAULT_MAX_STORE_ATTEMPTS, DISABLED_ENV, MAX_BACKOFF, MIN_LEASE,
@@ -55,6 +69,9 @@ pub use engine::{Idempotency, IdempotencyBuilder, Operation, Outcome};
 pub use error::{BoxError, Error, ExecuteError};
 pub use invocation::{context_deadline, current_deadline, with_context, with_deadline};
 pub use key::{KeyStrategy, hash_value, validation_hash};
+#[cfg(feature = "macros")]
+pub use lambda_idempotency_macros::idempotent;
+pub use layer::{IdempotentLayer, IdempotentService};
 pub use record::{
     Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
 };

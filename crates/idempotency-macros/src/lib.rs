@@ -1,0 +1,159 @@
+//! The `#[idempotent]` attribute. Use it through `lambda_idempotency::idempotent`, whose
+//! documentation describes every argument with an example.
+
+mod attr;
+mod expand;
+
+use proc_macro::TokenStream;
+
+/// Makes an `async fn` run at most once per idempotency key.
+///
+/// The first call with a key claims it (one conditional write), runs the body and stores
+/// its `Ok` value; later calls with the same key return the stored value without running
+/// the body. A call while another holds the key fails with
+/// `lambda_idempotency::Error::AlreadyInProgress`; if the body fails, the claim is released
+/// and the body's own error is returned.
+///
+/// The signature stays as written. It must be an `async fn` returning `Result<T, E>`, with
+/// `T: Serialize + DeserializeOwned` (stored and replayed) and
+/// `E: From<lambda_idempotency::Error> + Display` (`lambda_runtime::Error`,
+/// `anyhow::Error` and `lambda_idempotency::Error` all qualify).
+///
+/// # Arguments
+///
+/// | argument | meaning |
+/// |---|---|
+/// | `handle = expr` | **required**: the `Idempotency` (store and settings): a static, a field, an argument |
+/// | `key = "field"` or `key = "/json/pointer"` | the key is that value of the payload |
+/// | `hash = ["field", ...]` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
+/// | `payload = arg` | the argument the key is read from; optional when there is one argument |
+/// | `validate = ["field", ...]` | a later call with the same key and different fields fails with `PayloadMismatch` |
+/// | `operation = "name"` | keeps this function's keys apart from others'; default: the function's name |
+/// | `key_prefix = "prefix"` | the stored id's prefix instead of `{function_name}.{operation}`: stable across renames |
+/// | `context = arg` | a `lambda_runtime::Context` argument whose deadline ends the lease |
+///
+/// Without `context`, the lease ends with the invocation set by `SqsBatch` or
+/// `with_context`, or after the configured lease.
+///
+/// # `handle`, `key` and `validate`
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use serde::{Deserialize, Serialize};
+/// use std::sync::LazyLock;
+///
+/// static IDEMPOTENCY: LazyLock<Idempotency> =
+///     LazyLock::new(|| Idempotency::new(MemoryStore::new()));
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Request { request_id: String, prompt: String }
+///
+/// #[idempotent(handle = IDEMPOTENCY, key = "request_id", validate = ["prompt"])]
+/// async fn generate(request: Request) -> Result<String, lambda_runtime::Error> {
+///     Ok(format!("generated for {}", request.prompt))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let first = generate(Request { request_id: "r1".into(), prompt: "hi".into() }).await.unwrap();
+/// let again = generate(Request { request_id: "r1".into(), prompt: "hi".into() }).await.unwrap();
+/// assert_eq!(first, again);
+/// // Same key, different prompt: refused, the first result is not returned.
+/// assert!(generate(Request { request_id: "r1".into(), prompt: "bye".into() }).await.is_err());
+/// # }
+/// ```
+///
+/// # `hash`, with `key` as the first choice
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use serde_json::{Value, json};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static CALLS: AtomicU32 = AtomicU32::new(0);
+///
+/// #[idempotent(handle = handle, payload = body, key = "request_id", hash = ["model", "messages"])]
+/// async fn complete(handle: &Idempotency, body: Value) -> Result<u32, lambda_idempotency::Error> {
+///     Ok(CALLS.fetch_add(1, Ordering::SeqCst))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let handle = Idempotency::new(MemoryStore::new());
+/// // No request_id: the hash of model and messages is the key; `submitted_at` is ignored.
+/// complete(&handle, json!({"model": "m", "messages": [], "submitted_at": 1})).await.unwrap();
+/// complete(&handle, json!({"model": "m", "messages": [], "submitted_at": 2})).await.unwrap();
+/// assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+/// # }
+/// ```
+///
+/// # Methods, `operation` and `key_prefix`
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Order { order_id: u64, amount: u64 }
+///
+/// struct Payments { idempotency: Idempotency }
+///
+/// impl Payments {
+///     #[idempotent(handle = self.idempotency, payload = order, key = "order_id",
+///                  operation = "charge", key_prefix = "payments.charge.v1")]
+///     async fn charge_card(&self, order: Order) -> Result<u64, lambda_runtime::Error> {
+///         Ok(order.amount)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let payments = Payments { idempotency: Idempotency::new(MemoryStore::new()) };
+/// assert_eq!(payments.charge_card(Order { order_id: 7, amount: 30 }).await.unwrap(), 30);
+/// # }
+/// ```
+///
+/// # `context`: the lease ends with the invocation
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use lambda_runtime::{Context, LambdaEvent};
+/// use serde_json::Value;
+/// use std::sync::LazyLock;
+///
+/// static IDEMPOTENCY: LazyLock<Idempotency> =
+///     LazyLock::new(|| Idempotency::new(MemoryStore::new()));
+///
+/// #[idempotent(handle = IDEMPOTENCY, payload = event, key = "/detail/id", context = ctx)]
+/// async fn on_event(event: Value, ctx: Context) -> Result<(), lambda_runtime::Error> {
+///     Ok(())
+/// }
+///
+/// // With lambda_runtime:
+/// async fn handler(event: LambdaEvent<Value>) -> Result<(), lambda_runtime::Error> {
+///     on_event(event.payload, event.context).await
+/// }
+/// # let _ = handler;
+/// ```
+///
+/// # Next to `#[tracing::instrument]`
+///
+/// Put `#[idempotent]` first (outermost) so the span covers the claim and the replay too;
+/// other attributes and doc comments are kept.
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    let original = proc_macro2::TokenStream::from(item.clone());
+    let expanded = syn::parse::<attr::Args>(args).and_then(|args| {
+        let function = syn::parse::<syn::ItemFn>(item)?;
+        expand::expand(args, function)
+    });
+    match expanded {
+        Ok(tokens) => tokens.into(),
+        // The function stays as written, so the one error is not followed by others
+        // (unused imports, missing function) that the mistake did not cause.
+        Err(err) => {
+            let err = err.into_compile_error();
+            quote::quote!(#err #[allow(unused_variables)] #original).into()
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! What `#[idempotent]` does at run time, over the in-memory store.
+
+use lambda_idempotency::{Error, Idempotency, MemoryStore, StoreOp, idempotent};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Request {
+    request_id: String,
+    prompt: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Answer {
+    text: String,
+    call: u32,
+}
+
+struct Worker {
+    idempotency: Idempotency,
+    calls: AtomicU32,
+    fail: bool,
+}
+
+impl Worker {
+    fn new(store: MemoryStore) -> Self {
+        Self {
+            idempotency: Idempotency::new(store),
+            calls: AtomicU32::new(0),
+            fail: false,
+        }
+    }
+
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", validate = ["prompt"])]
+    async fn generate(&self, request: Request) -> Result<Answer, lambda_runtime::Error> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail {
+            return Err(format!("provider failed on call {call}").into());
+        }
+        Ok(Answer {
+            text: format!("echo {}", request.prompt),
+            call,
+        })
+    }
+}
+
+fn request(id: &str, prompt: &str) -> Request {
+    Request {
+        request_id: id.into(),
+        prompt: prompt.into(),
+    }
+}
+
+#[tokio::test]
+async fn second_call_returns_the_stored_value_without_running_the_body() {
+    let worker = Worker::new(MemoryStore::new());
+    let first = worker.generate(request("r1", "hi")).await.unwrap();
+    let second = worker.generate(request("r1", "hi")).await.unwrap();
+    assert_eq!(first, second);
+    assert_eq!(second.call, 1, "the stored value of call 1");
+    assert_eq!(worker.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_error_releases_the_record_and_is_returned_as_is() {
+    let store = MemoryStore::new();
+    let mut worker = Worker::new(store.clone());
+    worker.fail = true;
+    let err = worker.generate(request("r1", "hi")).await.unwrap_err();
+    assert_eq!(err.to_string(), "provider failed on call 1");
+    assert!(store.is_empty(), "released");
+    worker.fail = false;
+    let answer = worker.generate(request("r1", "hi")).await.unwrap();
+    assert_eq!(answer.call, 2, "the next call runs the body again");
+}
+
+#[tokio::test]
+async fn a_different_payload_under_the_same_key_is_refused() {
+    let worker = Worker::new(MemoryStore::new());
+    worker.generate(request("r1", "hi")).await.unwrap();
+    let err = worker.generate(request("r1", "other")).await.unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<Error>(),
+            Some(Error::PayloadMismatch { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(worker.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn store_errors_reach_the_caller_as_its_error_type() {
+    let store = MemoryStore::new();
+    let worker = Worker::new(store.clone());
+    store.inject_failures(StoreOp::Claim, 3);
+    let err = worker.generate(request("r1", "hi")).await.unwrap_err();
+    assert!(
+        matches!(err.downcast_ref::<Error>(), Some(Error::Store { .. })),
+        "{err}"
+    );
+    assert_eq!(worker.calls.load(Ordering::SeqCst), 0);
+}
+
+static GENERIC_CALLS: AtomicU32 = AtomicU32::new(0);
+
+#[idempotent(handle = handle, payload = item, hash = ["id", "value"], operation = "store_item")]
+async fn store_item<T>(handle: &Idempotency, item: T) -> Result<T, Error>
+where
+    T: Serialize + serde::de::DeserializeOwned + Clone,
+{
+    GENERIC_CALLS.fetch_add(1, Ordering::SeqCst);
+    Ok(item.clone())
+}
+
+#[tokio::test]
+async fn generic_functions_store_and_replay_each_type() {
+    let handle = Idempotency::new(MemoryStore::new());
+    let a = json!({"id": 1, "value": "x", "noise": 1});
+    let b = json!({"id": 1, "value": "x", "noise": 2});
+    assert_eq!(store_item(&handle, a.clone()).await.unwrap(), a);
+    assert_eq!(
+        store_item(&handle, b).await.unwrap(),
+        a,
+        "replayed: noise is not hashed"
+    );
+    assert_eq!(GENERIC_CALLS.load(Ordering::SeqCst), 1);
+    let missing = store_item(&handle, json!({"value": "x"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, Error::KeyMissing { .. }), "{missing}");
+}
+
+#[tokio::test]
+async fn the_lease_ends_with_the_context_deadline() {
+    static IDEM: std::sync::LazyLock<(MemoryStore, Idempotency)> = std::sync::LazyLock::new(|| {
+        let store = MemoryStore::new();
+        (
+            store.clone(),
+            Idempotency::builder(store).function_name("fn").build(),
+        )
+    });
+    #[idempotent(handle = IDEM.1, key = "request_id", context = ctx)]
+    async fn with_ctx(request: Request, ctx: &lambda_runtime::Context) -> Result<u64, Error> {
+        let record = IDEM
+            .0
+            .record(&format!("fn.with_ctx#{}", request.request_id))
+            .unwrap();
+        let lease = lambda_idempotency::epoch_millis(record.in_progress_expiration.unwrap());
+        Ok(lease - ctx.deadline)
+    }
+    let mut ctx = lambda_runtime::Context::default();
+    ctx.deadline = lambda_idempotency::epoch_millis(std::time::SystemTime::now()) + 5_000;
+    assert_eq!(with_ctx(request("c1", "p"), &ctx).await.unwrap(), 0);
+}

@@ -1,0 +1,8 @@
+use lambda_idempotency::{Idempotency, idempotent};
+
+#[idempotent(handle = handle, payload = id, key = "id", expiry = 60)]
+async fn f(handle: &Idempotency, id: String) -> Result<String, lambda_idempotency::Error> {
+    Ok(id)
+}
+
+fn main() {}

@@ -1,0 +1,129 @@
+//! The tower layer over a whole handler, and use from concurrent invocations.
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_idempotency::{
+    Error, Idempotency, IdempotentLayer, KeyStrategy, MemoryStore, Operation, SqsBatch,
+};
+use lambda_runtime::tower::{Service, ServiceBuilder};
+use lambda_runtime::{Context, LambdaEvent, service_fn};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+async fn call<S>(service: &mut S, payload: Value) -> Result<Value, lambda_runtime::Error>
+where
+    S: Service<LambdaEvent<Value>, Response = Value, Error = lambda_runtime::Error>,
+{
+    std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+    service
+        .call(LambdaEvent::new(payload, Context::default()))
+        .await
+}
+
+#[tokio::test]
+async fn a_whole_handler_runs_once_per_key() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |event: LambdaEvent<Value>| {
+        let calls = counted.clone();
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, lambda_runtime::Error>(json!({"charged": event.payload["amount"], "call": n}))
+        }
+    });
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("charge", KeyStrategy::field("payment_id"));
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+
+    let first = call(&mut service, json!({"payment_id": "p1", "amount": 5}))
+        .await
+        .unwrap();
+    let again = call(&mut service, json!({"payment_id": "p1", "amount": 5}))
+        .await
+        .unwrap();
+    assert_eq!(first, json!({"charged": 5, "call": 1}));
+    assert_eq!(again, first, "the stored response");
+
+    // An in-progress duplicate is an error the caller sees.
+    let mut other = service.clone();
+    let slow = call(&mut other, json!({"payment_id": "p2", "amount": 1}));
+    let duplicate = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        call(&mut service, json!({"payment_id": "p2", "amount": 1})).await
+    };
+    let (slow, duplicate) = tokio::join!(slow, duplicate);
+    slow.unwrap();
+    let err = duplicate.unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<Error>(),
+            Some(Error::AlreadyInProgress { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    let missing = call(&mut service, json!({"amount": 1})).await.unwrap_err();
+    assert!(
+        matches!(
+            missing.downcast_ref::<Error>(),
+            Some(Error::KeyMissing { .. })
+        ),
+        "{missing}"
+    );
+}
+
+/// `lambda_runtime::run_concurrent` runs invocations as spawned tasks sharing one handler:
+/// the batch future must be `Send + 'static` and the handle shareable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_invocations_share_one_handle() {
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::new(store.clone());
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut invocations = Vec::new();
+    for i in 0..8 {
+        let (idempotency, calls) = (idempotency.clone(), calls.clone());
+        let records: Vec<Value> = (0..5)
+            .map(|k| json!({"messageId": format!("inv{i}-m{k}"), "body": json!({"id": k}).to_string()}))
+            .collect();
+        let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+        invocations.push(tokio::spawn(async move {
+            let op = Operation::new("job", KeyStrategy::field("id"));
+            SqsBatch::new()
+                .run_json(
+                    LambdaEvent::new(event, Context::default()),
+                    |body: Value, _| {
+                        let (idempotency, op, calls) = (&idempotency, &op, &calls);
+                        async move {
+                            idempotency
+                                .run(op, &body, || async {
+                                    calls.fetch_add(1, Ordering::SeqCst);
+                                    tokio::time::sleep(Duration::from_millis(5)).await;
+                                    Ok::<_, lambda_runtime::Error>(())
+                                })
+                                .await
+                        }
+                    },
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    let mut handed_back = 0;
+    for inv in invocations {
+        handed_back += inv.await.unwrap().batch_item_failures.len();
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        5,
+        "five distinct keys ran once each"
+    );
+    assert!(
+        handed_back <= 35,
+        "duplicates were replayed or handed back, never re-run"
+    );
+}

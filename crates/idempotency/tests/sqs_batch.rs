@@ -1,0 +1,323 @@
+//! SQS batch processing from fixture events, as Lambda delivers them.
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_idempotency::{
+    BatchError, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore, Operation,
+    Outcome, SqsBatch,
+};
+use lambda_runtime::{Context, LambdaEvent};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn event(fixture: &str) -> LambdaEvent<SqsEvent> {
+    let payload: SqsEvent = serde_json::from_str(fixture).expect("fixture is an SQS event");
+    LambdaEvent::new(payload, Context::default())
+}
+
+#[derive(Deserialize)]
+struct Job {
+    id: String,
+    action: String,
+}
+
+/// A per-message handler: idempotent on `id`, acting as `action` says.
+#[derive(Clone)]
+struct Handler {
+    idempotency: Idempotency,
+    calls: Arc<AtomicU32>,
+}
+
+impl Handler {
+    fn new() -> Self {
+        Self {
+            idempotency: Idempotency::new(MemoryStore::new()),
+            calls: Arc::default(),
+        }
+    }
+
+    async fn handle(&self, job: Job) -> Result<Outcome, lambda_runtime::Error> {
+        let op = Operation::new("job", KeyStrategy::field("id"));
+        let payload = json!({"id": job.id});
+        let calls = &self.calls;
+        let result = self
+            .idempotency
+            .execute(&op, &payload, None, || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                match job.action.as_str() {
+                    "fail" => Err(format!("job {} failed", job.id)),
+                    "panic" => panic!("job {} panicked", job.id),
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                }
+            })
+            .await;
+        match result {
+            Ok((_, outcome)) => Ok(outcome),
+            Err(ExecuteError::Idempotency(e)) => Err(e.into()),
+            Err(ExecuteError::Function(e)) => Err(e.into()),
+        }
+    }
+}
+
+fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Value {
+    serde_json::to_value(response).unwrap()
+}
+
+#[tokio::test]
+async fn mixed_success_and_failure_report_only_the_failures() {
+    let handler = Handler::new();
+    let response = SqsBatch::new()
+        .run_json(
+            event(include_str!("fixtures/sqs-mixed.json")),
+            |job: Job, _| {
+                let handler = handler.clone();
+                async move { handler.handle(job).await }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        failures(&response),
+        json!({"batchItemFailures": [
+            {"itemIdentifier": "2e1424d4-f796-459a-8184-9c92662be6da"},
+            {"itemIdentifier": "8c3c1c06-0c5c-4f1e-9c2a-3d4b1f0e6a11"},
+        ]})
+    );
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        3,
+        "the malformed body ran nothing"
+    );
+}
+
+#[tokio::test]
+async fn malformed_body_is_reported_with_a_clear_reason() {
+    let handler = Handler::new();
+    let report = SqsBatch::new()
+        .report_json(
+            event(include_str!("fixtures/sqs-mixed.json")),
+            |job: Job, _| {
+                let handler = handler.clone();
+                async move { handler.handle(job).await }
+            },
+        )
+        .await;
+    let failure = report.records[2].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::MalformedBody);
+    assert!(
+        failure
+            .reason
+            .contains("8c3c1c06-0c5c-4f1e-9c2a-3d4b1f0e6a11")
+            && failure.reason.contains("invalid body"),
+        "{}",
+        failure.reason
+    );
+    assert_eq!(
+        report.records[1].result.as_ref().unwrap_err().kind,
+        FailureKind::Error
+    );
+}
+
+#[tokio::test]
+async fn an_in_progress_duplicate_inside_a_batch_is_handed_back() {
+    let handler = Handler::new();
+    let report = SqsBatch::new()
+        .report_json(
+            event(include_str!("fixtures/sqs-duplicate-in-batch.json")),
+            |job: Job, _| {
+                let handler = handler.clone();
+                async move { handler.handle(job).await }
+            },
+        )
+        .await;
+    let kinds: Vec<_> = report
+        .records
+        .iter()
+        .map(|r| r.result.as_ref().map_err(|f| f.kind).copied())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![Ok(Outcome::Executed), Err(FailureKind::InProgress)]
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    let response = report.into_response(false).unwrap();
+    assert_eq!(
+        failures(&response),
+        json!({"batchItemFailures": [{"itemIdentifier": "22222222-2222-4222-8222-222222222222"}]})
+    );
+}
+
+#[tokio::test]
+async fn a_panic_fails_only_its_record() {
+    let handler = Handler::new();
+    let report = SqsBatch::new()
+        .report_json(
+            event(include_str!("fixtures/sqs-panic.json")),
+            |job: Job, _| {
+                let handler = handler.clone();
+                async move { handler.handle(job).await }
+            },
+        )
+        .await;
+    assert!(report.records[0].result.is_ok() && report.records[2].result.is_ok());
+    let failure = report.records[1].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Panicked);
+    assert!(
+        failure.reason.contains("job p2 panicked"),
+        "{}",
+        failure.reason
+    );
+}
+
+#[tokio::test]
+async fn when_every_record_fails_the_default_reports_each() {
+    let handler = Handler::new();
+    let run = |batch: SqsBatch| {
+        let handler = handler.clone();
+        async move {
+            batch
+                .run_json(
+                    event(include_str!("fixtures/sqs-all-fail.json")),
+                    |job: Job, _| {
+                        let handler = handler.clone();
+                        async move { handler.handle(job).await }
+                    },
+                )
+                .await
+        }
+    };
+    let response = run(SqsBatch::new()).await.unwrap();
+    assert_eq!(
+        failures(&response),
+        json!({"batchItemFailures": [
+            {"itemIdentifier": "66666666-6666-4666-8666-666666666666"},
+            {"itemIdentifier": "77777777-7777-4777-8777-777777777777"},
+        ]})
+    );
+    let err = run(SqsBatch::new().fail_invocation_when_all_fail(true))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::AllFailed { count: 2, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn fifo_failure_fails_the_rest_of_its_group_only() {
+    let handler = Handler::new();
+    let report = SqsBatch::new()
+        .report_json(
+            event(include_str!("fixtures/sqs-fifo-two-groups.json")),
+            |job: Job, _| {
+                let handler = handler.clone();
+                async move { handler.handle(job).await }
+            },
+        )
+        .await;
+    let kinds: Vec<_> = report
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.message_id.clone().unwrap(),
+                r.result.as_ref().err().map(|f| f.kind),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("a-1".into(), None),
+            ("b-1".into(), None),
+            ("a-2".into(), Some(FailureKind::Error)),
+            ("b-2".into(), None),
+            ("a-3".into(), Some(FailureKind::SkippedAfterGroupFailure)),
+        ]
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4, "a-3 did not run");
+    assert_eq!(
+        failures(&report.into_response(false).unwrap()),
+        json!({"batchItemFailures": [{"itemIdentifier": "a-2"}, {"itemIdentifier": "a-3"}]})
+    );
+}
+
+#[tokio::test]
+async fn concurrency_is_bounded() {
+    let records: Vec<Value> = (0..12)
+        .map(|i| json!({"messageId": format!("m{i}"), "body": "{}"}))
+        .collect();
+    let payload: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+    let in_flight = AtomicUsize::new(0);
+    let peak = AtomicUsize::new(0);
+    let response = SqsBatch::new()
+        .max_concurrency(3)
+        .run(
+            LambdaEvent::new(payload, Context::default()),
+            |_msg| async {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, lambda_runtime::Error>(())
+            },
+        )
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(peak.load(Ordering::SeqCst), 3, "ran three at a time");
+}
+
+#[tokio::test]
+async fn a_failure_without_a_message_id_fails_the_whole_batch() {
+    let payload: SqsEvent = serde_json::from_value(json!({"Records": [{"body": "x"}]})).unwrap();
+    let err = SqsBatch::new()
+        .run(
+            LambdaEvent::new(payload, Context::default()),
+            |_msg| async { Err::<(), _>("boom") },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::MissingMessageId { index: 0 }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn every_records_lease_ends_with_the_invocation() {
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let mut context = Context::default();
+    context.deadline = lambda_idempotency::epoch_millis(std::time::SystemTime::now()) + 30_000;
+    let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-mixed.json")).unwrap();
+    SqsBatch::new()
+        .run_json(
+            LambdaEvent::new(payload, context.clone()),
+            |body: Value, _| {
+                let (idempotency, op, store) = (&idempotency, &op, &store);
+                async move {
+                    idempotency
+                        .run(op, &body, || async {
+                            let id = format!("fn.job#{}", body["id"].as_str().unwrap());
+                            let lease = store.record(&id).unwrap().in_progress_expiration.unwrap();
+                            assert_eq!(lambda_idempotency::epoch_millis(lease), context.deadline);
+                            Ok::<_, lambda_runtime::Error>(())
+                        })
+                        .await
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.len(), 3);
+}

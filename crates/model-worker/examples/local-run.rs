@@ -1,0 +1,165 @@
+//! Runs the worker's real handler over the sample events in `events/`, on the embedded
+//! in-memory store and an in-process stand-in for the model provider, playing SQS:
+//! records a batch reports as failed are delivered again, up to `maxReceiveCount` times,
+//! then left for the dead-letter queue.
+//!
+//! `cargo run -p model-worker --example local-run`
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::{FailureKind, Idempotency, MemoryStore, epoch_millis};
+use lambda_runtime::{Context, LambdaEvent};
+use model_worker::{ModelClient, Worker};
+use provider_stub::ProviderStub;
+use std::time::{Duration, SystemTime};
+
+/// The queue's redrive policy in `template.yaml`.
+const MAX_RECEIVE_COUNT: u32 = 3;
+
+/// Requests in `events/` that can be sent: every one must cost exactly one model call.
+const DISTINCT_SENDABLE_REQUESTS: usize = 14;
+
+const EVENTS: [(&str, &str); 6] = [
+    ("single-request.json", "a single request"),
+    (
+        "same-message-twice.json",
+        "SQS delivers the same message again",
+    ),
+    (
+        "producer-duplicate-send.json",
+        "the producer sent one request twice (two messageIds, one request_id)",
+    ),
+    (
+        "hash-alike-retry.json",
+        "no request_id: a retry with another submitted_at and 0.70 for 0.7",
+    ),
+    (
+        "poison-batch-of-ten.json",
+        "a batch of ten with one body that is not JSON",
+    ),
+    (
+        "fifo-two-groups.json",
+        "a FIFO batch, two message groups, one request that cannot be sent",
+    ),
+];
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let provider = ProviderStub::start()
+        .await
+        .expect("start the provider stand-in");
+    let model = ModelClient::new(&provider.base_url(), None).expect("model client");
+    let worker = Worker::new(Idempotency::new(MemoryStore::new()), model);
+    println!(
+        "model-worker, local run: in-memory idempotency store, provider stand-in at {}",
+        provider.base_url()
+    );
+
+    let events_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events");
+    let mut deliveries = 0;
+    for (file, what) in EVENTS {
+        let text = std::fs::read_to_string(format!("{events_dir}/{file}"))
+            .unwrap_or_else(|e| panic!("read events/{file}: {e}"));
+        let event: SqsEvent =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("events/{file}: {e}"));
+        println!("\n== events/{file}: {what}");
+        let mut records = event.records;
+        let mut receive = 1;
+        while !records.is_empty() {
+            if receive > 1 {
+                println!(
+                    "   -- SQS delivers the {} failed record(s) again (receive {receive})",
+                    records.len()
+                );
+            }
+            let before = provider.completion_calls();
+            let report = worker.process(invocation(records.clone())).await;
+            deliveries += records.len();
+            let mut again = Vec::new();
+            for (record, message) in report.records.iter().zip(&records) {
+                let what = match &record.result {
+                    Ok(d) if d.called_model => {
+                        format!("called the model: {}", answer(&d.completion))
+                    }
+                    Ok(d) => format!(
+                        "replayed the stored result, no model call: {}",
+                        answer(&d.completion)
+                    ),
+                    Err(f) => {
+                        let next = if receive >= MAX_RECEIVE_COUNT {
+                            "-> left for the dead-letter queue"
+                        } else {
+                            again.push(message.clone());
+                            "-> handed back to SQS"
+                        };
+                        match f.kind {
+                            FailureKind::InProgress => {
+                                format!("in progress in another worker {next}")
+                            }
+                            _ => format!("failed ({:?}): {} {next}", f.kind, f.reason),
+                        }
+                    }
+                };
+                println!(
+                    "   {:<8} {:<22} {what}",
+                    short(message),
+                    request_label(message)
+                );
+            }
+            println!(
+                "   batchItemFailures: {}, model calls in this invocation: {}",
+                report.failures().count(),
+                provider.completion_calls() - before
+            );
+            records = again;
+            receive += 1;
+        }
+    }
+    println!(
+        "\n{deliveries} deliveries of {} distinct requests that could be sent; the provider saw {} model calls.",
+        DISTINCT_SENDABLE_REQUESTS,
+        provider.completion_calls()
+    );
+}
+
+fn invocation(records: Vec<SqsMessage>) -> LambdaEvent<SqsEvent> {
+    let mut event = SqsEvent::default();
+    event.records = records;
+    let mut context = Context::default();
+    context.request_id = format!("local-{}", epoch_millis(SystemTime::now()));
+    context.deadline = epoch_millis(SystemTime::now() + Duration::from_secs(60));
+    LambdaEvent::new(event, context)
+}
+
+fn short(message: &SqsMessage) -> String {
+    message
+        .message_id
+        .as_deref()
+        .unwrap_or("?")
+        .chars()
+        .take(8)
+        .collect()
+}
+
+fn request_label(message: &SqsMessage) -> String {
+    let body: serde_json::Value = message
+        .body
+        .as_deref()
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or_default();
+    match body.get("request_id").and_then(|v| v.as_str()) {
+        Some(id) => id.to_owned(),
+        None if body.is_object() => "(no request_id)".to_owned(),
+        None => "(not JSON)".to_owned(),
+    }
+}
+
+fn answer(completion: &serde_json::Value) -> String {
+    let text = completion["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or("?");
+    let mut short: String = text.chars().take(48).collect();
+    if short.len() < text.len() {
+        short.push_str("...");
+    }
+    format!("{short:?}")
+}

@@ -1,0 +1,29 @@
+//! An SQS-triggered Lambda that asks a model for a completion once per request, however
+//! often its message arrives.
+//!
+//! # Message contract
+//! Body (JSON): `{"request_id": "...", "model": "...", "messages": [{"role": "...",
+//! "content": "..."}], "temperature": 0.2, "max_tokens": 64, ...}`. `request_id` is
+//! optional; other fields (`submitted_at`, ...) are ignored.
+//!
+//! # Key
+//! `request_id` when present; otherwise the SHA-256 of the canonical JSON (RFC 8785) of
+//! `model`, `messages`, `temperature`, `max_tokens`: the canonical subset. Payload
+//! validation covers the same four fields, so a reused `request_id` with a different
+//! request is refused.
+//!
+//! # The call
+//! `POST {MODEL_BASE_URL}/v1/chat/completions` with `{model, messages, temperature,
+//! max_tokens}` and `Authorization: Bearer {MODEL_API_KEY}` when set. Never retried
+//! automatically: a retry of a request whose answer was lost can be a second billed
+//! generation. The provider's JSON response is the stored result.
+
+pub mod config;
+pub mod provider;
+pub mod request;
+pub mod worker;
+
+pub use config::{ConfigError, StoreChoice, WorkerConfig};
+pub use provider::{ModelClient, ProviderError};
+pub use request::{ChatMessage, ChatRequest};
+pub use worker::{Delivery, Worker};

@@ -1,0 +1,23 @@
+//! The Lambda binary (`bootstrap` once built by cargo-lambda).
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use model_worker::{Worker, WorkerConfig};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    // Invalid configuration stops the process before any message is received.
+    let config = match WorkerConfig::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("model-worker: {e}");
+            std::process::exit(2);
+        }
+    };
+    let worker = Worker::from_config(&config).await?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
+        let worker = worker.clone();
+        async move { worker.handle(event).await }
+    }))
+    .await
+}

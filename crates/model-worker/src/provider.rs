@@ -1,0 +1,115 @@
+//! The model provider: one OpenAI-compatible chat completion request, never retried.
+
+use crate::request::ChatRequest;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use std::fmt;
+
+/// Largest error body kept in a [`ProviderError`].
+const ERROR_BODY_PREVIEW: usize = 512;
+
+/// Why a completion request failed. The request may or may not have been billed: the
+/// record is released and the next delivery asks again.
+#[derive(Debug)]
+pub enum ProviderError {
+    /// The request could not be sent or its answer was lost.
+    Transport(String),
+    /// The provider answered with an error status.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The start of the answer's body.
+        body: String,
+    },
+    /// The provider answered 2xx with a body that is not JSON.
+    InvalidResponse(String),
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProviderError::Transport(e) => write!(f, "model provider unreachable: {e}"),
+            ProviderError::Status { status, body } => {
+                write!(f, "model provider answered HTTP {status}: {body}")
+            }
+            ProviderError::InvalidResponse(e) => {
+                write!(f, "model provider answered with invalid JSON: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// A client for `POST {base}/v1/chat/completions`.
+#[derive(Clone, Debug)]
+pub struct ModelClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    url: String,
+    api_key: Option<String>,
+}
+
+impl ModelClient {
+    /// A client for the provider at `base_url` (without `/v1`).
+    pub fn new(base_url: &str, api_key: Option<String>) -> std::io::Result<Self> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(https),
+            url: format!("{}/v1/chat/completions", base_url.trim_end_matches('/')),
+            api_key,
+        })
+    }
+
+    /// Asks for one completion. No retry: each retry of a request whose answer was lost
+    /// can be another billed generation.
+    pub async fn complete(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        let mut body = json!({"model": request.model, "messages": request.messages});
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = request.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        let mut builder = hyper::Request::post(&self.url).header(CONTENT_TYPE, "application/json");
+        if let Some(key) = &self.api_key {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let http_request = builder
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| ProviderError::Transport(e.to_string()))?;
+        let response = self
+            .client
+            .request(http_request)
+            .await
+            .map_err(|e| ProviderError::Transport(format!("{e:?}")))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ProviderError::Transport(e.to_string()))?
+            .to_bytes();
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            let mut cut = text.len().min(ERROR_BODY_PREVIEW);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            return Err(ProviderError::Status {
+                status: status.as_u16(),
+                body: text[..cut].to_owned(),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(e.to_string()))
+    }
+}

@@ -1,0 +1,109 @@
+//! The handler: an SQS batch, each record's completion requested at most once.
+
+use crate::config::{StoreChoice, WorkerConfig};
+use crate::provider::ModelClient;
+use crate::request::ChatRequest;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_idempotency::{
+    BatchReport, DynamoDbStore, Idempotency, MemoryStore, SqsBatch, idempotent,
+};
+use lambda_runtime::{Error, LambdaEvent};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tracing::info;
+
+/// What one delivery did.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Whether this delivery called the model (false: the stored completion was replayed).
+    pub called_model: bool,
+    /// The provider's response.
+    pub completion: Value,
+}
+
+/// The worker: an idempotency handle and a model client. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    idempotency: Idempotency,
+    model: ModelClient,
+    batch: SqsBatch,
+}
+
+impl Worker {
+    /// A worker over `idempotency`, calling `model`.
+    pub fn new(idempotency: Idempotency, model: ModelClient) -> Self {
+        Self {
+            idempotency,
+            model,
+            batch: SqsBatch::new(),
+        }
+    }
+
+    /// A worker as configured by the environment.
+    pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
+        let builder = match &config.store {
+            StoreChoice::DynamoDb { table } => {
+                Idempotency::builder(DynamoDbStore::from_env(table.clone()).await)
+            }
+            StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
+        };
+        let builder = match config.expires_after {
+            Some(expiry) => builder.expires_after(expiry),
+            None => builder,
+        };
+        let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
+        Ok(Self::new(builder.build(), model))
+    }
+
+    /// The Lambda handler: a partial batch response for an SQS event.
+    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        let report = self.process(event).await;
+        let called = report
+            .records
+            .iter()
+            .filter(|r| matches!(&r.result, Ok(d) if d.called_model))
+            .count();
+        info!(
+            records = report.records.len(),
+            model_calls = called,
+            failures = report.failures().count(),
+            "batch done"
+        );
+        Ok(report.into_response(false)?)
+    }
+
+    /// Processes a batch and says what happened to each record.
+    pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<Delivery> {
+        self.batch
+            .report_json(event, |request: ChatRequest, message| async move {
+                if let Some(problem) = request.problem() {
+                    return Err(lambda_idempotency::Error::InvalidBody {
+                        message_id: message.message_id.unwrap_or_default(),
+                        reason: format!("the request cannot be sent: {problem}"),
+                    }
+                    .into());
+                }
+                let called = AtomicBool::new(false);
+                let completion = self.complete(request, &called).await?;
+                Ok::<_, Error>(Delivery {
+                    called_model: called.load(Ordering::SeqCst),
+                    completion,
+                })
+            })
+            .await
+    }
+
+    /// Asks the model once per request: a duplicate gets the stored completion.
+    #[idempotent(
+        handle = self.idempotency,
+        payload = request,
+        key = "request_id",
+        hash = ["model", "messages", "temperature", "max_tokens"],
+        validate = ["model", "messages", "temperature", "max_tokens"],
+        operation = "chat_completion"
+    )]
+    async fn complete(&self, request: ChatRequest, called: &AtomicBool) -> Result<Value, Error> {
+        called.store(true, Ordering::SeqCst);
+        Ok(self.model.complete(&request).await?)
+    }
+}

@@ -30,7 +30,9 @@ async fn setup(test: &str) -> Setup {
 
 async fn setup_with(
     test: &str,
-    configure: impl FnOnce(lambda_idempotency::IdempotencyBuilder) -> lambda_idempotency::IdempotencyBuilder,
+    configure: impl FnOnce(
+        lambda_idempotency::IdempotencyBuilder,
+    ) -> lambda_idempotency::IdempotencyBuilder,
 ) -> Setup {
     let table = TestTable::create(test).await;
     let provider = ProviderStub::start().await.expect("provider stub");
@@ -72,7 +74,10 @@ async fn the_same_message_delivered_twice_calls_the_provider_once() {
     let s = setup("same-message").await;
     let first = s.worker.handle(deliver(SINGLE)).await.unwrap();
     let second = s.worker.handle(deliver(SAME_MESSAGE_AGAIN)).await.unwrap();
-    assert!(failures(&first).is_empty() && failures(&second).is_empty(), "both deliveries succeed");
+    assert!(
+        failures(&first).is_empty() && failures(&second).is_empty(),
+        "both deliveries succeed"
+    );
     assert_eq!(s.provider.completion_calls(), 1);
     let request = &s.provider.requests()[0];
     assert_eq!(request.authorization.as_deref(), Some("Bearer test-key"));
@@ -97,9 +102,16 @@ async fn a_producers_duplicate_send_calls_the_provider_once() {
     for record in [0, 1] {
         let report = s
             .worker
-            .process(invocation(PRODUCER_DUPLICATE, Some(&[record]), Duration::from_secs(30)))
+            .process(invocation(
+                PRODUCER_DUPLICATE,
+                Some(&[record]),
+                Duration::from_secs(30),
+            ))
             .await;
-        let delivery = report.records[0].result.as_ref().expect("delivery succeeds");
+        let delivery = report.records[0]
+            .result
+            .as_ref()
+            .expect("delivery succeeds");
         assert_eq!(delivery.called_model, record == 0);
     }
     assert_eq!(s.provider.completion_calls(), 1);
@@ -111,12 +123,20 @@ async fn requests_without_an_id_that_hash_alike_call_the_provider_once() {
     for record in [0, 1] {
         let response = s
             .worker
-            .handle(invocation(HASH_ALIKE, Some(&[record]), Duration::from_secs(30)))
+            .handle(invocation(
+                HASH_ALIKE,
+                Some(&[record]),
+                Duration::from_secs(30),
+            ))
             .await
             .unwrap();
         assert!(failures(&response).is_empty());
     }
-    assert_eq!(s.provider.completion_calls(), 1, "0.7 and 0.70, other submitted_at: one key");
+    assert_eq!(
+        s.provider.completion_calls(),
+        1,
+        "0.7 and 0.70, other submitted_at: one key"
+    );
 }
 
 #[tokio::test]
@@ -130,15 +150,28 @@ async fn a_redelivery_during_the_call_is_handed_back_then_replayed() {
     s.provider.wait_for_requests(1).await;
 
     let second = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
-    let failure = second.records[0].result.as_ref().expect_err("handed back while in progress");
+    let failure = second.records[0]
+        .result
+        .as_ref()
+        .expect_err("handed back while in progress");
     assert_eq!(failure.kind, FailureKind::InProgress, "{}", failure.reason);
-    assert_eq!(s.provider.completion_calls(), 1, "the second delivery made no call");
+    assert_eq!(
+        s.provider.completion_calls(),
+        1,
+        "the second delivery made no call"
+    );
 
     assert!(failures(&first.await.unwrap()).is_empty());
     let third = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
-    let delivery = third.records[0].result.as_ref().expect("the third delivery replays");
+    let delivery = third.records[0]
+        .result
+        .as_ref()
+        .expect("the third delivery replays");
     assert!(!delivery.called_model);
-    assert_eq!(delivery.completion["choices"][0]["message"]["content"], "stub completion #1 for: Summarise document 4471 at version 9.");
+    assert_eq!(
+        delivery.completion["choices"][0]["message"]["content"],
+        "stub completion #1 for: Summarise document 4471 at version 9."
+    );
     assert_eq!(s.provider.completion_calls(), 1, "one call in total");
 }
 
@@ -152,7 +185,11 @@ async fn a_lost_acknowledgement_replays_the_whole_batch() {
     let again = s.worker.handle(deliver(POISON)).await.unwrap();
     assert_eq!(failures(&again), failures(&first));
     assert_eq!(s.provider.completion_calls(), 9, "replayed, no call");
-    assert_eq!(s.table.counts().await.get("PutItem"), Some(&9), "one request per replay");
+    assert_eq!(
+        s.table.counts().await.get("PutItem"),
+        Some(&9),
+        "one request per replay"
+    );
     assert_eq!(s.table.counts().await.get("UpdateItem"), None);
 }
 
@@ -161,22 +198,40 @@ async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease() {
     let s = setup("dies-mid-call").await;
     s.provider.set_delay(Duration::from_secs(3));
     // The invocation's deadline is the lease: 1.5 s from now.
-    let dying = s.worker.handle(invocation(SINGLE, None, Duration::from_millis(1500)));
+    let dying = s
+        .worker
+        .handle(invocation(SINGLE, None, Duration::from_millis(1500)));
     let dropped = tokio::time::timeout(Duration::from_millis(700), dying).await;
-    assert!(dropped.is_err(), "the worker died mid-call (its future was dropped)");
-    assert_eq!(s.provider.completion_calls(), 1, "it had called the provider");
+    assert!(
+        dropped.is_err(),
+        "the worker died mid-call (its future was dropped)"
+    );
+    assert_eq!(
+        s.provider.completion_calls(),
+        1,
+        "it had called the provider"
+    );
 
     s.provider.set_delay(Duration::ZERO);
     let early = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
-    assert_eq!(early.records[0].result.as_ref().unwrap_err().kind, FailureKind::InProgress);
+    assert_eq!(
+        early.records[0].result.as_ref().unwrap_err().kind,
+        FailureKind::InProgress
+    );
 
     tokio::time::sleep(Duration::from_millis(900)).await;
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
-    let delivery = next.records[0].result.as_ref().expect("the next delivery takes over");
+    let delivery = next.records[0]
+        .result
+        .as_ref()
+        .expect("the next delivery takes over");
     assert!(delivery.called_model);
     assert!(s.provider.completion_calls() <= 2, "at most two calls");
     let replay = s.worker.process(deliver(SINGLE)).await;
-    assert!(!replay.records[0].result.as_ref().unwrap().called_model, "the job is done, not lost");
+    assert!(
+        !replay.records[0].result.as_ref().unwrap().called_model,
+        "the job is done, not lost"
+    );
 }
 
 #[tokio::test]
@@ -184,14 +239,33 @@ async fn the_same_key_with_a_different_payload_is_refused() {
     let s = setup("mismatch").await;
     s.worker.handle(deliver(SINGLE)).await.unwrap();
     let mut event: Value = serde_json::from_str(SINGLE).unwrap();
-    let body = event["Records"][0]["body"].as_str().unwrap().replace("version 9", "version 10");
+    let body = event["Records"][0]["body"]
+        .as_str()
+        .unwrap()
+        .replace("version 9", "version 10");
     event["Records"][0]["body"] = json!(body);
     event["Records"][0]["messageId"] = json!("another-message");
-    let report = s.worker.process(invocation(&event.to_string(), None, Duration::from_secs(30))).await;
+    let report = s
+        .worker
+        .process(invocation(
+            &event.to_string(),
+            None,
+            Duration::from_secs(30),
+        ))
+        .await;
     let failure = report.records[0].result.as_ref().expect_err("refused");
     assert_eq!(failure.kind, FailureKind::Error);
-    assert!(failure.reason.contains("already used with a different payload"), "{}", failure.reason);
-    assert!(!failure.reason.contains("stub completion"), "the first result is not returned");
+    assert!(
+        failure
+            .reason
+            .contains("already used with a different payload"),
+        "{}",
+        failure.reason
+    );
+    assert!(
+        !failure.reason.contains("stub completion"),
+        "the first result is not returned"
+    );
     assert_eq!(s.provider.completion_calls(), 1, "no call for the mismatch");
 }
 
@@ -212,17 +286,30 @@ async fn a_fifo_failure_fails_the_rest_of_its_group_only() {
     let response = s.worker.handle(deliver(FIFO)).await.unwrap();
     assert_eq!(
         failures(&response),
-        vec!["f1f00000-aaaa-4bbb-8ccc-dddddddddd00", "f1f02000-aaaa-4bbb-8ccc-dddddddddd02"],
+        vec![
+            "f1f00000-aaaa-4bbb-8ccc-dddddddddd00",
+            "f1f02000-aaaa-4bbb-8ccc-dddddddddd02"
+        ],
         "customer-17's failure holds back its second message"
     );
     let asked: Vec<String> = s
         .provider
         .requests()
         .iter()
-        .map(|r| r.body["messages"][1]["content"].as_str().unwrap_or_default().to_owned())
+        .map(|r| {
+            r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     assert_eq!(asked.len(), 2);
-    assert!(asked.iter().all(|c| c.contains("ticket 3") || c.contains("ticket 4")), "{asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|c| c.contains("ticket 3") || c.contains("ticket 4")),
+        "{asked:?}"
+    );
 }
 
 #[tokio::test]
@@ -230,9 +317,16 @@ async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(
     let s = setup("provider-error").await;
     s.provider.fail_next(1);
     let report = s.worker.process(deliver(SINGLE)).await;
-    let failure = report.records[0].result.as_ref().expect_err("the item fails");
+    let failure = report.records[0]
+        .result
+        .as_ref()
+        .expect_err("the item fails");
     assert!(failure.reason.contains("HTTP 500"), "{}", failure.reason);
-    assert_eq!(s.table.counts().await.get("DeleteItem"), Some(&1), "the record was released");
+    assert_eq!(
+        s.table.counts().await.get("DeleteItem"),
+        Some(&1),
+        "the record was released"
+    );
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
     assert!(next.records[0].result.as_ref().unwrap().called_model);
     assert_eq!(s.provider.completion_calls(), 2);

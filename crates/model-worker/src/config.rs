@@ -1,5 +1,6 @@
 //! Configuration from the environment, checked before any message is touched.
 
+use lambda_idempotency::expiry_for_queue;
 use std::fmt;
 use std::time::Duration;
 
@@ -26,8 +27,10 @@ pub struct WorkerConfig {
     pub model_base_url: String,
     /// `MODEL_API_KEY`, sent as a bearer token when set.
     pub model_api_key: Option<String>,
-    /// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS`: record expiry, derived from the queue's
-    /// settings in the SAM template. Default: the library's 15 days.
+    /// Record expiry: `IDEMPOTENCY_EXPIRES_AFTER_SECONDS`, or derived from the queue's
+    /// settings (`IDEMPOTENCY_QUEUE_RETENTION_SECONDS`, `IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT`,
+    /// `IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS`, as the SAM template passes them):
+    /// retention + max receives x visibility timeout. Default: the library's 15 days.
     pub expires_after: Option<Duration>,
 }
 
@@ -88,17 +91,34 @@ impl WorkerConfig {
                 None
             }
         };
-        let expires_after = match get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS") {
+        let mut number = |name: &str| match get(name) {
             None => None,
             Some(s) => match s.parse::<u64>() {
-                Ok(secs) if secs > 0 => Some(Duration::from_secs(secs)),
+                Ok(n) if n > 0 => Some(n),
                 _ => {
-                    problems.push(format!(
-                        "IDEMPOTENCY_EXPIRES_AFTER_SECONDS={s:?} is not a positive whole number"
-                    ));
+                    problems.push(format!("{name}={s:?} is not a positive whole number"));
                     None
                 }
             },
+        };
+        let explicit = number("IDEMPOTENCY_EXPIRES_AFTER_SECONDS");
+        let queue = [
+            number("IDEMPOTENCY_QUEUE_RETENTION_SECONDS"),
+            number("IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT"),
+            number("IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS"),
+        ];
+        let expires_after = match (explicit, queue) {
+            (Some(secs), _) => Some(Duration::from_secs(secs)),
+            (None, [Some(retention), Some(receives), Some(visibility)]) => Some(expiry_for_queue(
+                Duration::from_secs(retention),
+                u32::try_from(receives).unwrap_or(u32::MAX),
+                Duration::from_secs(visibility),
+            )),
+            (None, [None, None, None]) => None,
+            (None, _) => {
+                problems.push("set all three of IDEMPOTENCY_QUEUE_RETENTION_SECONDS, IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT and IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS, or none".into());
+                None
+            }
         };
         match (store, model_base_url) {
             (Some(store), Some(model_base_url)) if problems.is_empty() => Ok(Self {
@@ -166,6 +186,28 @@ mod tests {
             err.to_string().contains("not one of: dynamodb, memory"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn expiry_is_derived_from_the_queue_settings() {
+        let c = config(&[
+            ("IDEMPOTENCY_TABLE", "idem"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("IDEMPOTENCY_QUEUE_RETENTION_SECONDS", "345600"),
+            ("IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT", "5"),
+            ("IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS", "360"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.expires_after,
+            Some(Duration::from_secs(345_600 + 5 * 360))
+        );
+        let partial = config(&[
+            ("IDEMPOTENCY_TABLE", "idem"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT", "5"),
+        ]);
+        assert!(partial.unwrap_err().to_string().contains("all three"));
     }
 
     #[test]

@@ -15,7 +15,9 @@ async fn main() -> Result<(), Error> {
         }
     };
     let worker = Worker::from_config(&config).await?;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
+    // Several invocations share one process when AWS_LAMBDA_MAX_CONCURRENCY > 1; the
+    // worker (idempotency handle, HTTP client) is shared between them.
+    lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<_>| {
         let worker = worker.clone();
         async move { worker.handle(event).await }
     }))

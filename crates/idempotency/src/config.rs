@@ -22,8 +22,9 @@ pub const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
 /// the SDK's own retries, and never past the lease.
 pub const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
 
-/// Completion retries stop this long before the lease ends (or at a quarter of the lease,
-/// if shorter), leaving the record to be taken over.
+/// Completion retries stop this long before the lease ends (or a tenth of the lease, if
+/// shorter), leaving the record to be taken over: time for the handler to answer Lambda
+/// before the invocation's deadline.
 pub const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
 
 /// First backoff between store retries; it doubles up to [`MAX_BACKOFF`].

@@ -283,7 +283,7 @@ impl Idempotency {
                 }));
             }
         };
-        self.execute(op, &payload, invocation::current_deadline(), f)
+        self.execute(op, &payload, None, f)
             .await
             .map(|(value, _)| value)
             .map_err(ExecuteError::into_inner)
@@ -298,7 +298,8 @@ impl Idempotency {
     /// - if `f` fails the claim is released and `f`'s error is returned.
     ///
     /// `deadline` is the invocation's deadline, the end of the lease unless a fixed lease
-    /// is configured.
+    /// is configured; `None` takes the enclosing invocation's (set by [`SqsBatch`](crate::SqsBatch)
+    /// or [`with_context`](crate::with_context)), if any.
     pub async fn execute<T, E, F, Fut>(
         &self,
         op: &Operation,
@@ -325,6 +326,7 @@ impl Idempotency {
         let id = self
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
+        let deadline = deadline.or_else(invocation::current_deadline);
         let span = info_span!("idempotency", key = %id, operation = %op.name);
         async move {
             let validation = op
@@ -616,7 +618,7 @@ fn completion_cutoff(claim: &Claim) -> SystemTime {
         .lease_until
         .duration_since(claim.now)
         .unwrap_or_default();
-    claim.lease_until - config::COMPLETION_MARGIN.min(lease / 4)
+    claim.lease_until - config::COMPLETION_MARGIN.min(lease / 10)
 }
 
 fn check_validation(id: &str, stored: Option<&str>, ours: Option<&str>) -> Result<(), Error> {

@@ -10,7 +10,7 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::SystemTime;
 
-pub use crate::invocation::{context_deadline, current_deadline};
+pub use crate::invocation::context_deadline;
 pub use lambda_runtime::Context;
 
 /// The operation described by the macro's arguments.
@@ -71,7 +71,6 @@ where
             })));
         }
     };
-    let deadline = deadline.or_else(current_deadline);
     let result = handle
         .execute(operation, &payload, deadline, || async move {
             body().await.into_result()

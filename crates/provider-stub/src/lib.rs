@@ -2,7 +2,9 @@
 //!
 //! It answers `POST /v1/chat/completions` with a completion and **logs every request it
 //! receives**: the proof of idempotency is the provider's request log, not result rows.
-//! Delays and failures can be set to play a slow or failing provider.
+//! Delays and failures can be set to play a slow or failing provider: for all requests
+//! ([`ProviderStub::set_delay`]), or for one, by putting `[[delay_ms=N]]` in the content of
+//! its last message.
 //!
 //! It speaks just enough HTTP/1.1 (one request per connection, `Connection: close`).
 
@@ -186,7 +188,7 @@ async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     }
     state.served.notify_waiters();
 
-    let delay = state.delay_ms.load(Ordering::SeqCst);
+    let delay = requested_delay(&body).unwrap_or_else(|| state.delay_ms.load(Ordering::SeqCst));
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
@@ -211,6 +213,14 @@ async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         .await;
     }
     respond(&mut stream, 200, &completion(number, &body)).await
+}
+
+/// The `[[delay_ms=N]]` marker in the last message, if any.
+fn requested_delay(request: &Value) -> Option<u64> {
+    let content = request["messages"].as_array()?.last()?["content"].as_str()?;
+    let start = content.find("[[delay_ms=")? + "[[delay_ms=".len();
+    let end = content[start..].find("]]")? + start;
+    content[start..end].parse().ok()
 }
 
 /// An OpenAI-style chat completion answering the last message.

@@ -1,0 +1,436 @@
+//! A bounded chaos run: SQS and several Lambda workers played against one DynamoDB store
+//! and one logging provider, with duplicate sends, duplicate deliveries, visibility
+//! timeouts running out mid-call, workers killed mid-call and store faults.
+//!
+//! Replay a run with `CHAOS_SEED=<seed printed by the run>`.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use e2e_tests::TestTable;
+use lambda_idempotency::{
+    DynamoDbStore, Idempotency, IdempotencyStore, KeyStrategy, Operation, Outcome, SqsBatch,
+    Status, epoch_millis,
+};
+use lambda_runtime::{Context, LambdaEvent};
+use model_worker::{ChatMessage, ChatRequest, ModelClient};
+use provider_stub::ProviderStub;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+const DISTINCT_REQUESTS: usize = 200;
+const WORKERS: usize = 4;
+const BATCH_SIZE: usize = 10;
+const VISIBILITY_TIMEOUT: Duration = Duration::from_millis(1000);
+const FUNCTION_TIMEOUT: Duration = Duration::from_millis(3000);
+const MAX_RECEIVE_COUNT: u32 = 10;
+const KILL_PROBABILITY: f64 = 0.1;
+const BROKER_DUPLICATE_PROBABILITY: f64 = 0.03;
+const PRODUCER_DUPLICATE_PROBABILITY: f64 = 0.2;
+const TIME_BOUND: Duration = Duration::from_secs(100);
+
+/// One message in the simulated queue.
+#[derive(Debug, Clone)]
+struct Queued {
+    message: SqsMessage,
+    request: usize,
+    receives: u32,
+    visible_at: Instant,
+    receipt: u64,
+    last_failure: Option<String>,
+    failures: Vec<String>,
+}
+
+/// SQS semantics: visibility timeout, receive count, redrive to a dead-letter list after
+/// `MAX_RECEIVE_COUNT`, delete only with the latest receipt.
+#[derive(Default)]
+struct Queue {
+    messages: Mutex<Vec<Queued>>,
+    dead_letters: Mutex<Vec<Queued>>,
+    acked: Mutex<Vec<usize>>,
+    next_receipt: AtomicU64,
+}
+
+impl Queue {
+    fn receive(&self, rng: &mut fastrand::Rng) -> Vec<(SqsMessage, u64)> {
+        let now = Instant::now();
+        let mut messages = self.messages.lock().unwrap();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < messages.len() && out.len() < BATCH_SIZE {
+            if messages[i].visible_at > now {
+                i += 1;
+                continue;
+            }
+            if messages[i].receives >= MAX_RECEIVE_COUNT {
+                let dead = messages.remove(i);
+                self.dead_letters.lock().unwrap().push(dead);
+                continue;
+            }
+            let q = &mut messages[i];
+            q.receives += 1;
+            q.receipt = self.next_receipt.fetch_add(1, Ordering::Relaxed);
+            // Now and then SQS hands the same message to another receiver too.
+            if rng.f64() >= BROKER_DUPLICATE_PROBABILITY {
+                q.visible_at = now + VISIBILITY_TIMEOUT;
+            }
+            let mut message = q.message.clone();
+            message
+                .attributes
+                .insert("ApproximateReceiveCount".into(), q.receives.to_string());
+            out.push((message, q.receipt));
+            i += 1;
+        }
+        out
+    }
+
+    fn delete(&self, message_id: &str, receipt: u64) {
+        let mut messages = self.messages.lock().unwrap();
+        if let Some(pos) = messages.iter().position(|q| {
+            q.message.message_id.as_deref() == Some(message_id) && q.receipt == receipt
+        }) {
+            let q = messages.remove(pos);
+            self.acked.lock().unwrap().push(q.request);
+        }
+    }
+
+    fn note_failure(&self, message_id: &str, reason: String) {
+        let mut messages = self.messages.lock().unwrap();
+        if let Some(q) = messages
+            .iter_mut()
+            .find(|q| q.message.message_id.as_deref() == Some(message_id))
+        {
+            q.failures.push(format!(
+                "receive {}: {}",
+                q.receives,
+                reason.chars().take(120).collect::<String>()
+            ));
+            q.last_failure = Some(reason);
+        }
+    }
+
+    fn is_drained(&self) -> bool {
+        self.messages.lock().unwrap().is_empty()
+    }
+}
+
+/// Counts deliveries killed after calling the provider and before the result was stored
+/// (mid-call, or between the call and the completion write): each may cost a second call.
+struct KilledAfterCall<'a> {
+    killed: &'a AtomicU64,
+    called: &'a AtomicBool,
+    finished: bool,
+}
+
+impl Drop for KilledAfterCall<'_> {
+    fn drop(&mut self) {
+        if !self.finished && self.called.load(Ordering::SeqCst) {
+            self.killed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+struct Harness {
+    queue: Queue,
+    idempotency: Idempotency,
+    operation: Operation,
+    model: ModelClient,
+    killed_mid_call: AtomicU64,
+    invocations: AtomicU64,
+    killed_invocations: AtomicU64,
+    handed_back: AtomicU64,
+    unstored: AtomicU64,
+}
+
+impl Harness {
+    async fn handle(&self, request: ChatRequest) -> Result<(), lambda_runtime::Error> {
+        let payload = serde_json::to_value(&request)?;
+        let called = AtomicBool::new(false);
+        let mut guard = KilledAfterCall {
+            killed: &self.killed_mid_call,
+            called: &called,
+            finished: false,
+        };
+        let result = self
+            .idempotency
+            .execute(&self.operation, &payload, None, || async {
+                called.store(true, Ordering::SeqCst);
+                self.model.complete(&request).await
+            })
+            .await;
+        guard.finished = true;
+        result
+            .map(|(_, outcome)| {
+                if outcome == Outcome::ExecutedUnstored {
+                    self.unstored.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .map_err(|e| e.into_inner_boxed())
+    }
+
+    async fn worker(self: Arc<Self>, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let deadline_of_run = Instant::now() + TIME_BOUND;
+        while !self.queue.is_drained() && Instant::now() < deadline_of_run {
+            let received = self.queue.receive(&mut rng);
+            if received.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            self.invocations.fetch_add(1, Ordering::Relaxed);
+            let receipts: HashMap<String, u64> = received
+                .iter()
+                .map(|(m, r)| (m.message_id.clone().unwrap(), *r))
+                .collect();
+            let mut event = SqsEvent::default();
+            event.records = received.into_iter().map(|(m, _)| m).collect();
+            let mut context = Context::default();
+            context.deadline = epoch_millis(SystemTime::now() + FUNCTION_TIMEOUT);
+            let batch = SqsBatch::new();
+            let run = batch.report_json(
+                LambdaEvent::new(event, context),
+                |request: ChatRequest, _| self.handle(request),
+            );
+            // Lambda ends the invocation at its deadline; the chaos kills some earlier.
+            let limit = if rng.f64() < KILL_PROBABILITY {
+                Duration::from_millis(rng.u64(0..1500))
+            } else {
+                FUNCTION_TIMEOUT
+            };
+            match tokio::time::timeout(limit, run).await {
+                Ok(report) => {
+                    for record in report.records {
+                        let id = record.message_id.unwrap();
+                        match record.result {
+                            Ok(()) => self.queue.delete(&id, receipts[&id]),
+                            Err(failure) => {
+                                self.handed_back.fetch_add(1, Ordering::Relaxed);
+                                self.queue.note_failure(&id, failure.reason);
+                            }
+                        }
+                    }
+                }
+                Err(_) => {
+                    self.killed_invocations.fetch_add(1, Ordering::Relaxed);
+                    for id in receipts.keys() {
+                        self.queue
+                            .note_failure(id, "the worker was killed mid-batch".into());
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait IntoBoxed {
+    fn into_inner_boxed(self) -> lambda_runtime::Error;
+}
+
+impl IntoBoxed for lambda_idempotency::ExecuteError<model_worker::ProviderError> {
+    fn into_inner_boxed(self) -> lambda_runtime::Error {
+        match self {
+            lambda_idempotency::ExecuteError::Idempotency(e) => e.into(),
+            lambda_idempotency::ExecuteError::Function(e) => e.into(),
+        }
+    }
+}
+
+fn request(i: usize, rng: &mut fastrand::Rng) -> ChatRequest {
+    // Mostly quick; some outlive the visibility timeout, none the function timeout.
+    let delay = match rng.u32(0..100) {
+        0..70 => rng.u64(5..40),
+        70..92 => rng.u64(200..800),
+        _ => rng.u64(1200..2000),
+    };
+    ChatRequest {
+        request_id: (!i.is_multiple_of(5)).then(|| format!("chaos-{i}")),
+        model: "chaos-model".into(),
+        messages: vec![ChatMessage {
+            role: "user".into(),
+            content: format!("request {i} [[delay_ms={delay}]]"),
+        }],
+        temperature: Some(0.5),
+        max_tokens: Some(16),
+    }
+}
+
+fn message(id: String, request: &ChatRequest, submitted_at: u32) -> SqsMessage {
+    let mut body = serde_json::to_value(request).unwrap();
+    body["submitted_at"] = submitted_at.into();
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id);
+    m.body = Some(body.to_string());
+    m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:chaos".into());
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_run_completes_every_request_once() {
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261129);
+    println!("chaos seed: {seed} (replay with CHAOS_SEED={seed})");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let started = Instant::now();
+
+    let table = TestTable::create("chaos").await;
+    let store = DynamoDbStore::new(table.client.clone(), &table.name);
+    let provider = ProviderStub::start().await.unwrap();
+    let harness = Arc::new(Harness {
+        queue: Queue::default(),
+        idempotency: Idempotency::builder(store.clone())
+            .function_name("chaos")
+            .build(),
+        operation: Operation::new(
+            "chat_completion",
+            KeyStrategy::field("request_id").or(KeyStrategy::hash(ChatRequest::CANONICAL_FIELDS)),
+        )
+        .validate(ChatRequest::CANONICAL_FIELDS),
+        model: ModelClient::new(&provider.base_url(), None).unwrap(),
+        killed_mid_call: AtomicU64::new(0),
+        invocations: AtomicU64::new(0),
+        killed_invocations: AtomicU64::new(0),
+        handed_back: AtomicU64::new(0),
+        unstored: AtomicU64::new(0),
+    });
+
+    // The producer: every request once, a share of them twice (a retried send).
+    let requests: Vec<ChatRequest> = (0..DISTINCT_REQUESTS)
+        .map(|i| request(i, &mut rng))
+        .collect();
+    {
+        let mut queued = harness.queue.messages.lock().unwrap();
+        for (i, r) in requests.iter().enumerate() {
+            let copies = if rng.f64() < PRODUCER_DUPLICATE_PROBABILITY {
+                2
+            } else {
+                1
+            };
+            for copy in 0..copies {
+                queued.push(Queued {
+                    message: message(format!("msg-{i}-{copy}"), r, copy),
+                    request: i,
+                    receives: 0,
+                    visible_at: Instant::now(),
+                    receipt: 0,
+                    last_failure: None,
+                    failures: Vec::new(),
+                });
+            }
+        }
+        rng.shuffle(&mut queued);
+    }
+    let sent = harness.queue.messages.lock().unwrap().len();
+
+    // Store faults: throttling and 500s on claims and completions, in bursts.
+    let faults = {
+        let (table, queue_done) = (table.clone(), harness.clone());
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0xfau64);
+        tokio::spawn(async move {
+            let mut injected = 0u32;
+            while !queue_done.queue.is_drained() {
+                let op = if rng.bool() { "PutItem" } else { "UpdateItem" };
+                let kind = if rng.bool() { "throttle" } else { "internal" };
+                let n = rng.u32(1..3);
+                // Replace, not add to, what is pending: quiet periods do not pile faults up.
+                table.reset().await;
+                table.inject(op, kind, n).await;
+                injected += n;
+                tokio::time::sleep(Duration::from_millis(rng.u64(150..400))).await;
+            }
+            injected
+        })
+    };
+
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| tokio::spawn(harness.clone().worker(seed.wrapping_add(w as u64 + 1))))
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let faults_injected = faults.await.unwrap();
+    table.reset().await; // clears faults left pending
+
+    assert!(
+        harness.queue.is_drained(),
+        "the run did not drain within {TIME_BOUND:?}: seed {seed}"
+    );
+    let calls = provider.completion_calls() as u64;
+    let killed = harness.killed_mid_call.load(Ordering::SeqCst);
+    let dead: Vec<Queued> = harness.queue.dead_letters.lock().unwrap().clone();
+    let acked: Vec<usize> = harness.queue.acked.lock().unwrap().clone();
+
+    // Every acked message's request is completed in the store: nothing acked unprocessed.
+    let mut completed = HashSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        let payload = serde_json::to_value(r).unwrap();
+        let id = harness
+            .idempotency
+            .idempotency_id(&harness.operation, &payload)
+            .unwrap();
+        if let Some(record) = store.get(&id).await.unwrap()
+            && record.status == Status::Completed
+            && record.data.is_some()
+        {
+            completed.insert(i);
+        }
+    }
+    for request in &acked {
+        assert!(
+            completed.contains(request),
+            "request {request} was acked but is not completed (seed {seed})"
+        );
+    }
+    // Every request completed, or its messages are dead letters with a reason.
+    for i in 0..DISTINCT_REQUESTS {
+        if !completed.contains(&i) {
+            let reasons: Vec<_> = dead
+                .iter()
+                .filter(|q| q.request == i)
+                .map(|q| q.last_failure.clone())
+                .collect();
+            assert!(
+                !reasons.is_empty() && reasons.iter().all(Option::is_some),
+                "request {i} neither completed nor dead-lettered with a reason (seed {seed})"
+            );
+        }
+    }
+    println!(
+        "chaos: {sent} messages for {DISTINCT_REQUESTS} requests, {} invocations ({} killed), {} records handed back, \
+         {faults_injected} store faults injected, {} dead letters, {} completed, {} results not stored in time; provider calls {calls} \
+         (distinct completed {}, deliveries killed after calling {killed}); {:.1}s",
+        harness.invocations.load(Ordering::Relaxed),
+        harness.killed_invocations.load(Ordering::Relaxed),
+        harness.handed_back.load(Ordering::Relaxed),
+        dead.len(),
+        completed.len(),
+        harness.unstored.load(Ordering::SeqCst),
+        completed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for q in &dead {
+        println!(
+            "dead letter {} (request {}): {}",
+            q.message.message_id.as_deref().unwrap_or("?"),
+            q.request,
+            q.last_failure.as_deref().unwrap_or("?")
+        );
+        for f in &q.failures {
+            println!("    {f}");
+        }
+    }
+    assert!(
+        calls <= completed.len() as u64 + killed,
+        "{calls} provider calls for {} completed requests and {killed} deliveries killed after calling (seed {seed})",
+        completed.len()
+    );
+    assert!(
+        calls >= completed.len() as u64,
+        "every completed request called the provider"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "the chaos run must stay under two minutes"
+    );
+}

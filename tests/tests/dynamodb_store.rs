@@ -216,3 +216,30 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
         "a takeover costs a first delivery's two"
     );
 }
+
+#[tokio::test]
+async fn records_round_trip_through_the_item_encoding() {
+    let (_table, store) = store("encoding").await;
+    let record = lambda_idempotency::Record {
+        id: "fn.op#k".into(),
+        status: lambda_idempotency::Status::Completed,
+        expiration: lambda_idempotency::from_epoch_secs(1_900_000_000),
+        in_progress_expiration: Some(lambda_idempotency::from_epoch_millis(1_800_000_000_123)),
+        data: Some(r#"{"a":1}"#.into()),
+        validation: Some("abc".into()),
+        lease_token: Some("tok".into()),
+    };
+    let item = store.to_item(&record);
+    assert_eq!(
+        item["expiration"].as_n().unwrap(),
+        "1900000000",
+        "epoch seconds"
+    );
+    assert_eq!(
+        item["in_progress_expiration"].as_n().unwrap(),
+        "1800000000123",
+        "epoch milliseconds"
+    );
+    assert_eq!(item["status"].as_s().unwrap(), "COMPLETED");
+    assert_eq!(store.from_item(&item).unwrap(), record);
+}

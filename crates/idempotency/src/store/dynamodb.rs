@@ -123,21 +123,7 @@ impl DynamoDbStore {
 
     async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
         let n = &self.names;
-        let mut item = HashMap::with_capacity(6);
-        item.insert(n.id.clone(), AttributeValue::S(claim.id.clone()));
-        item.insert(
-            n.status.clone(),
-            AttributeValue::S(Status::InProgress.as_str().into()),
-        );
-        item.insert(n.expiration.clone(), secs(claim.expiration));
-        item.insert(n.in_progress_expiration.clone(), millis(claim.lease_until));
-        item.insert(
-            n.lease_token.clone(),
-            AttributeValue::S(claim.lease_token.clone()),
-        );
-        if let Some(v) = &claim.validation {
-            item.insert(n.validation.clone(), AttributeValue::S(v.clone()));
-        }
+        let item = self.to_item(&claim.to_record());
         let result = self
             .client
             .put_item()
@@ -259,6 +245,44 @@ impl DynamoDbStore {
             .await
             .map_err(store_error)?;
         out.item.as_ref().map(|item| self.parse(item)).transpose()
+    }
+
+    /// The DynamoDB item of a record, under this store's attribute names.
+    pub fn to_item(&self, record: &Record) -> HashMap<String, AttributeValue> {
+        let n = &self.names;
+        let mut item = HashMap::with_capacity(7);
+        item.insert(n.id.clone(), AttributeValue::S(record.id.clone()));
+        item.insert(
+            n.status.clone(),
+            AttributeValue::S(record.status.as_str().into()),
+        );
+        item.insert(n.expiration.clone(), secs(record.expiration));
+        let optional = [
+            (
+                &n.in_progress_expiration,
+                record.in_progress_expiration.map(millis),
+            ),
+            (&n.data, record.data.clone().map(AttributeValue::S)),
+            (
+                &n.validation,
+                record.validation.clone().map(AttributeValue::S),
+            ),
+            (
+                &n.lease_token,
+                record.lease_token.clone().map(AttributeValue::S),
+            ),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                item.insert(name.clone(), value);
+            }
+        }
+        item
+    }
+
+    /// The record in a DynamoDB item, or [`Error::Store`] if the item is malformed.
+    pub fn from_item(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, Error> {
+        self.parse(item)
     }
 
     fn parse(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, Error> {

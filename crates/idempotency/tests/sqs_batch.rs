@@ -2,8 +2,8 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_idempotency::{
-    BatchError, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore, Operation,
-    Outcome, SqsBatch,
+    BatchError, BatchReport, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore,
+    Operation, Outcome, SqsBatch,
 };
 use lambda_runtime::{Context, LambdaEvent};
 use serde::Deserialize;
@@ -65,6 +65,15 @@ impl Handler {
     }
 }
 
+impl Handler {
+    /// Runs `batch` over a fixture with this handler, reporting each record.
+    async fn report(&self, batch: &SqsBatch, fixture: &str) -> BatchReport<Outcome> {
+        batch
+            .report_json(event(fixture), |job: Job, _| self.handle(job))
+            .await
+    }
+}
+
 fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Value {
     serde_json::to_value(response).unwrap()
 }
@@ -72,15 +81,10 @@ fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Value
 #[tokio::test]
 async fn mixed_success_and_failure_report_only_the_failures() {
     let handler = Handler::new();
-    let response = SqsBatch::new()
-        .run_json(
-            event(include_str!("fixtures/sqs-mixed.json")),
-            |job: Job, _| {
-                let handler = handler.clone();
-                async move { handler.handle(job).await }
-            },
-        )
+    let response = handler
+        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
         .await
+        .into_response(false)
         .unwrap();
     assert_eq!(
         failures(&response),
@@ -99,14 +103,8 @@ async fn mixed_success_and_failure_report_only_the_failures() {
 #[tokio::test]
 async fn malformed_body_is_reported_with_a_clear_reason() {
     let handler = Handler::new();
-    let report = SqsBatch::new()
-        .report_json(
-            event(include_str!("fixtures/sqs-mixed.json")),
-            |job: Job, _| {
-                let handler = handler.clone();
-                async move { handler.handle(job).await }
-            },
-        )
+    let report = handler
+        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
         .await;
     let failure = report.records[2].result.as_ref().unwrap_err();
     assert_eq!(failure.kind, FailureKind::MalformedBody);
@@ -127,13 +125,10 @@ async fn malformed_body_is_reported_with_a_clear_reason() {
 #[tokio::test]
 async fn an_in_progress_duplicate_inside_a_batch_is_handed_back() {
     let handler = Handler::new();
-    let report = SqsBatch::new()
-        .report_json(
-            event(include_str!("fixtures/sqs-duplicate-in-batch.json")),
-            |job: Job, _| {
-                let handler = handler.clone();
-                async move { handler.handle(job).await }
-            },
+    let report = handler
+        .report(
+            &SqsBatch::new(),
+            include_str!("fixtures/sqs-duplicate-in-batch.json"),
         )
         .await;
     let kinds: Vec<_> = report
@@ -156,14 +151,8 @@ async fn an_in_progress_duplicate_inside_a_batch_is_handed_back() {
 #[tokio::test]
 async fn a_panic_fails_only_its_record() {
     let handler = Handler::new();
-    let report = SqsBatch::new()
-        .report_json(
-            event(include_str!("fixtures/sqs-panic.json")),
-            |job: Job, _| {
-                let handler = handler.clone();
-                async move { handler.handle(job).await }
-            },
-        )
+    let report = handler
+        .report(&SqsBatch::new(), include_str!("fixtures/sqs-panic.json"))
         .await;
     assert!(report.records[0].result.is_ok() && report.records[2].result.is_ok());
     let failure = report.records[1].result.as_ref().unwrap_err();
@@ -179,15 +168,12 @@ async fn a_panic_fails_only_its_record() {
 async fn when_every_record_fails_the_default_reports_each() {
     let handler = Handler::new();
     let run = |batch: SqsBatch| {
-        let handler = handler.clone();
+        let handler = &handler;
         async move {
             batch
                 .run_json(
                     event(include_str!("fixtures/sqs-all-fail.json")),
-                    |job: Job, _| {
-                        let handler = handler.clone();
-                        async move { handler.handle(job).await }
-                    },
+                    |job: Job, _| handler.handle(job),
                 )
                 .await
         }
@@ -212,13 +198,10 @@ async fn when_every_record_fails_the_default_reports_each() {
 #[tokio::test]
 async fn fifo_failure_fails_the_rest_of_its_group_only() {
     let handler = Handler::new();
-    let report = SqsBatch::new()
-        .report_json(
-            event(include_str!("fixtures/sqs-fifo-two-groups.json")),
-            |job: Job, _| {
-                let handler = handler.clone();
-                async move { handler.handle(job).await }
-            },
+    let report = handler
+        .report(
+            &SqsBatch::new(),
+            include_str!("fixtures/sqs-fifo-two-groups.json"),
         )
         .await;
     let kinds: Vec<_> = report

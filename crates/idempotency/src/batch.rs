@@ -152,7 +152,10 @@ impl std::error::Error for BatchError {}
 /// - FIFO queues (event source ARN ending in `.fifo`) keep order within a message group:
 ///   after the first failure in a group, the group's later records are reported as failures
 ///   without running. Other groups go on in parallel.
-/// - Every record's lease ends with the invocation's deadline.
+/// - Every record's lease ends with the invocation's deadline. A panic, like a crash,
+///   leaves its record in progress until then; the next delivery after it takes over.
+/// - Records share the invocation's task: the concurrency is for I/O (store and provider
+///   round trips), not for CPU-bound work.
 /// - When every record fails, the default still returns them as `batchItemFailures`: a
 ///   redelivered one-record batch that finds its record in progress is no function error.
 ///   [`fail_invocation_when_all_fail`](Self::fail_invocation_when_all_fail) opts into failing

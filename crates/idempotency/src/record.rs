@@ -71,7 +71,8 @@ pub struct Record {
 
 impl Record {
     /// Whether the record no longer counts at `now` (expired, or in progress with a
-    /// passed lease): a claim may take it over.
+    /// passed lease): a claim may take it over. An in-progress record without a lease
+    /// (Powertools writes those outside Lambda) is held until it expires.
     pub fn is_claimable_at(&self, now: SystemTime) -> bool {
         if epoch_secs(self.expiration) < epoch_secs(now) {
             return true;
@@ -79,7 +80,7 @@ impl Record {
         self.status == Status::InProgress
             && self
                 .in_progress_expiration
-                .is_none_or(|lease| epoch_millis(lease) < epoch_millis(now))
+                .is_some_and(|lease| epoch_millis(lease) < epoch_millis(now))
     }
 }
 
@@ -166,5 +167,10 @@ mod tests {
         assert!(!record(Status::Completed, 1_000, None).is_claimable_at(now));
         assert!(record(Status::InProgress, 2_000, Some(1_000_499)).is_claimable_at(now));
         assert!(!record(Status::InProgress, 2_000, Some(1_000_500)).is_claimable_at(now));
+        assert!(
+            !record(Status::InProgress, 2_000, None).is_claimable_at(now),
+            "no lease: held until expiry"
+        );
+        assert!(record(Status::InProgress, 999, None).is_claimable_at(now));
     }
 }

@@ -12,7 +12,8 @@ use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
 use std::time::{Duration, SystemTime};
 
-/// The queue's redrive policy in `template.yaml`.
+/// The redrive policy's `maxReceiveCount`: 3 here to keep the output short; the SAM
+/// template's default is 5.
 const MAX_RECEIVE_COUNT: u32 = 3;
 
 /// Requests in `events/` that can be sent: every one must cost exactly one model call.

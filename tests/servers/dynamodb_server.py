@@ -15,6 +15,9 @@ Control endpoints (JSON), all under /_test/:
   POST /_test/reset?table=T              -> clears counts and faults of T
   POST /_test/faults  {"table": T, "operation": "UpdateItem",
                        "kind": "throttle" | "internal", "count": 3}
+  POST /_test/strip-old-item?table=T     -> conditional-check failures on T come back
+                                            without the old item, as some DynamoDB-compatible
+                                            servers answer ReturnValuesOnConditionCheckFailure
 
 Usage: dynamodb_server.py --port 8000 [--port-file F]
 """
@@ -31,6 +34,7 @@ from werkzeug.serving import make_server
 LOCK = threading.Lock()
 COUNTS = defaultdict(lambda: defaultdict(int))  # table -> operation -> n
 FAULTS = defaultdict(list)  # (table, operation) -> [kind, ...]
+STRIP_OLD_ITEM = set()  # tables whose conditional-check failures omit the old item
 
 FAULT_BODIES = {
     "throttle": (
@@ -85,8 +89,13 @@ class Wrapper:
             table = query_param(environ, "table") or ""
             with LOCK:
                 COUNTS.pop(table, None)
+                STRIP_OLD_ITEM.discard(table)
                 for key in [k for k in FAULTS if k[0] == table]:
                     del FAULTS[key]
+            return respond(start_response, 200, {"ok": True})
+        if path == "/_test/strip-old-item" and method == "POST":
+            with LOCK:
+                STRIP_OLD_ITEM.add(query_param(environ, "table") or "")
             return respond(start_response, 200, {"ok": True})
         if path == "/_test/faults" and method == "POST":
             spec = json.loads(read_body(environ) or b"{}")
@@ -119,7 +128,21 @@ class Wrapper:
                     status, payload = FAULT_BODIES[pending.pop(0)]
                     return respond(start_response, status, payload, "application/x-amz-json-1.0")
             # Serialized: moto's conditional writes are only atomic under this lock.
-            return list(self.app(environ, start_response))
+            if table not in STRIP_OLD_ITEM:
+                return list(self.app(environ, start_response))
+            captured = {}
+
+            def capture(status, headers, exc_info=None):
+                captured["status"], captured["headers"] = status, headers
+
+            body = b"".join(self.app(environ, capture))
+            if b"ConditionalCheckFailedException" in body:
+                payload = json.loads(body)
+                payload.pop("Item", None)
+                body = json.dumps(payload).encode()
+            headers = [(k, v) for k, v in captured["headers"] if k.lower() not in ("content-length", "x-amz-crc32")]
+            start_response(captured["status"], headers + [("Content-Length", str(len(body)))])
+            return [body]
 
 
 def read_body(environ):

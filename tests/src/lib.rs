@@ -135,6 +135,17 @@ impl TestTable {
         self.control("POST", "/_test/faults", Some(spec)).await;
     }
 
+    /// Makes conditional-check failures on this table come back without the old item, as
+    /// some DynamoDB-compatible servers answer `ReturnValuesOnConditionCheckFailure`.
+    pub async fn strip_old_item_on_conflict(&self) {
+        self.control(
+            "POST",
+            &format!("/_test/strip-old-item?table={}", self.name),
+            None,
+        )
+        .await;
+    }
+
     async fn control(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}{path}", self.endpoint);
         let (status, body) = http::request(method, &url, body.map(|b| b.to_string()).as_deref())

@@ -243,3 +243,22 @@ async fn records_round_trip_through_the_item_encoding() {
     assert_eq!(item["status"].as_s().unwrap(), "COMPLETED");
     assert_eq!(store.from_item(&item).unwrap(), record);
 }
+
+#[tokio::test]
+async fn a_conflict_without_the_old_item_falls_back_to_one_consistent_read() {
+    let (table, store) = store("no-all-old").await;
+    let idem = Idempotency::new(store);
+    let calls = AtomicU32::new(0);
+    call(&idem, &payload("a"), &calls).await.unwrap();
+    table.reset().await;
+    table.strip_old_item_on_conflict().await;
+    let (value, outcome) = call(&idem, &payload("a"), &calls).await.unwrap();
+    assert_eq!((value.as_str(), outcome), ("answer", Outcome::Replayed));
+    let counts = table.counts().await;
+    assert_eq!(
+        (counts.get("PutItem"), counts.get("GetItem")),
+        (Some(&1), Some(&1)),
+        "the duplicate cost a PutItem and one GetItem: {counts:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

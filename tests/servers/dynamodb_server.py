@@ -6,18 +6,33 @@ Why the wrapper:
   key can both succeed. The wrapper serializes every DynamoDB request, which makes
   conditional writes atomic as they are on the real service.
 - Tests count store round trips. The wrapper counts requests per (table, operation).
-- Tests inject faults (throttling, 500s) per (table, operation), so a fault test
-  touches only its own table.
+- Tests inject faults (throttling, 500s, lost answers, slow answers) per (table,
+  operation), so a fault test touches only its own table.
 
 Control endpoints (JSON), all under /_test/:
   GET  /_test/health                     -> {"ok": true}
   GET  /_test/counts?table=T             -> {"PutItem": 1, ...}
-  POST /_test/reset?table=T              -> clears counts and faults of T
-  POST /_test/faults  {"table": T, "operation": "UpdateItem",
-                       "kind": "throttle" | "internal", "count": 3}
+  POST /_test/reset?table=T              -> clears counts and faults of T (a hang already
+                                            under way still ends and applies its request)
+  POST /_test/faults  {"table": T, "operation": "UpdateItem", "kind": K, "count": 3,
+                       "seconds": 5}
+       queues `count` faults of kind K for the next requests of that operation on T:
+         "throttle"         400 ThrottlingException; the request is not applied
+         "internal"         500 InternalServerError; the request is not applied
+         "applied_internal" the request is applied by moto (a write happens), then its
+                            answer is thrown away and a 500 InternalServerError returned:
+                            the write was applied but its answer was lost
+         "hang"             the server waits `seconds` (default 5, at most 60) outside the
+                            global lock, so other requests, tables and these control
+                            endpoints go on meanwhile; then it applies the request and
+                            answers normally. A client with a shorter attempt timeout gives
+                            up first, and the write lands late.
   POST /_test/strip-old-item?table=T     -> conditional-check failures on T come back
                                             without the old item, as some DynamoDB-compatible
                                             servers answer ReturnValuesOnConditionCheckFailure
+
+A DynamoDB request carrying the header `x-test-uncounted: 1` is neither counted nor
+given a queued fault: tests use it to look at a table without disturbing what they measure.
 
 Usage: dynamodb_server.py --port 8000 [--port-file F]
 """
@@ -26,6 +41,7 @@ import argparse
 import json
 import socket
 import threading
+import time
 from collections import defaultdict
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -33,7 +49,7 @@ from werkzeug.serving import make_server
 
 LOCK = threading.Lock()
 COUNTS = defaultdict(lambda: defaultdict(int))  # table -> operation -> n
-FAULTS = defaultdict(list)  # (table, operation) -> [kind, ...]
+FAULTS = defaultdict(list)  # (table, operation) -> [{"kind": ..., "seconds": ...}, ...]
 STRIP_OLD_ITEM = set()  # tables whose conditional-check failures omit the old item
 
 FAULT_BODIES = {
@@ -52,6 +68,10 @@ FAULT_BODIES = {
         },
     ),
 }
+# The kinds that reach moto: the request is applied, then answered as the kind says.
+APPLIED_KINDS = {"applied_internal", "hang"}
+DEFAULT_HANG_SECONDS = 5.0
+MAX_HANG_SECONDS = 60.0
 
 
 def respond(start_response, status, payload, content_type="application/json"):
@@ -100,10 +120,18 @@ class Wrapper:
         if path == "/_test/faults" and method == "POST":
             spec = json.loads(read_body(environ) or b"{}")
             kind = spec.get("kind", "throttle")
-            if kind not in FAULT_BODIES:
+            if kind not in FAULT_BODIES and kind not in APPLIED_KINDS:
                 return respond(start_response, 400, {"error": f"unknown fault kind {kind!r}"})
+            fault = {"kind": kind}
+            if kind == "hang":
+                seconds = float(spec.get("seconds", DEFAULT_HANG_SECONDS))
+                if not 0 <= seconds <= MAX_HANG_SECONDS:
+                    error = f"hang seconds {seconds} not in 0..{MAX_HANG_SECONDS}"
+                    return respond(start_response, 400, {"error": error})
+                fault["seconds"] = seconds
             with LOCK:
-                FAULTS[(spec["table"], spec["operation"])].extend([kind] * int(spec.get("count", 1)))
+                queue = FAULTS[(spec["table"], spec["operation"])]
+                queue.extend(dict(fault) for _ in range(int(spec.get("count", 1))))
             return respond(start_response, 200, {"ok": True})
         return respond(start_response, 404, {"error": f"no control endpoint {method} {path}"})
 
@@ -112,6 +140,7 @@ class Wrapper:
             return self.control(environ, start_response)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         operation = target.rpartition(".")[2] if target.startswith("DynamoDB_") else None
+        uncounted = environ.get("HTTP_X_TEST_UNCOUNTED") == "1"
         body = read_body(environ)
         table = ""
         if operation:
@@ -121,28 +150,45 @@ class Wrapper:
                 pass
         environ["wsgi.input"] = _Replay(body)
         with LOCK:
-            if operation:
+            fault = None
+            if operation and not uncounted:
                 COUNTS[table][operation] += 1
                 pending = FAULTS.get((table, operation))
                 if pending:
-                    status, payload = FAULT_BODIES[pending.pop(0)]
-                    return respond(start_response, status, payload, "application/x-amz-json-1.0")
-            # Serialized: moto's conditional writes are only atomic under this lock.
-            if table not in STRIP_OLD_ITEM:
-                return list(self.app(environ, start_response))
-            captured = {}
+                    fault = pending.pop(0)
+            if fault is None:
+                return self.apply(environ, start_response, table)
+            if fault["kind"] in FAULT_BODIES:
+                status, payload = FAULT_BODIES[fault["kind"]]
+                return respond(start_response, status, payload, "application/x-amz-json-1.0")
+            if fault["kind"] == "applied_internal":
+                self.apply(environ, lambda *_: None, table)
+                status, payload = FAULT_BODIES["internal"]
+                return respond(start_response, status, payload, "application/x-amz-json-1.0")
+        # "hang": this request's thread (werkzeug runs one per connection) waits without
+        # the lock, so every other request and the control endpoints go on meanwhile.
+        time.sleep(fault["seconds"])
+        with LOCK:
+            return self.apply(environ, start_response, table)
 
-            def capture(status, headers, exc_info=None):
-                captured["status"], captured["headers"] = status, headers
+    def apply(self, environ, start_response, table):
+        """Runs the request through moto and answers it. The caller holds LOCK:
+        moto's conditional writes are only atomic under it."""
+        if table not in STRIP_OLD_ITEM:
+            return list(self.app(environ, start_response))
+        captured = {}
 
-            body = b"".join(self.app(environ, capture))
-            if b"ConditionalCheckFailedException" in body:
-                payload = json.loads(body)
-                payload.pop("Item", None)
-                body = json.dumps(payload).encode()
-            headers = [(k, v) for k, v in captured["headers"] if k.lower() not in ("content-length", "x-amz-crc32")]
-            start_response(captured["status"], headers + [("Content-Length", str(len(body)))])
-            return [body]
+        def capture(status, headers, exc_info=None):
+            captured["status"], captured["headers"] = status, headers
+
+        body = b"".join(self.app(environ, capture))
+        if b"ConditionalCheckFailedException" in body:
+            payload = json.loads(body)
+            payload.pop("Item", None)
+            body = json.dumps(payload).encode()
+        headers = [(k, v) for k, v in captured["headers"] if k.lower() not in ("content-length", "x-amz-crc32")]
+        start_response(captured["status"], headers + [("Content-Length", str(len(body)))])
+        return [body]
 
 
 def read_body(environ):

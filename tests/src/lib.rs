@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -127,12 +128,53 @@ impl TestTable {
             .await;
     }
 
-    /// Makes the next `count` requests of `operation` on this table fail: `kind` is
-    /// `"throttle"` (400 ThrottlingException) or `"internal"` (500).
+    /// Makes the next `count` requests of `operation` on this table go wrong. `kind` is
+    /// - `"throttle"`: a 400 ThrottlingException; the request is not applied;
+    /// - `"internal"`: a 500 InternalServerError; the request is not applied;
+    /// - `"applied_internal"`: the request is applied (a write happens), then its answer
+    ///   is thrown away and a 500 InternalServerError returned: a write whose answer was
+    ///   lost;
+    /// - `"hang"`: the request is held for 5 s, then applied and answered normally (see
+    ///   [`TestTable::inject_hang`] to choose the time).
+    ///
+    /// Faults queue per (table, operation) in the order injected; a request takes the
+    /// first one pending.
     pub async fn inject(&self, operation: &str, kind: &str, count: u32) {
         let spec =
             json!({"table": self.name, "operation": operation, "kind": kind, "count": count});
         self.control("POST", "/_test/faults", Some(spec)).await;
+    }
+
+    /// Makes the next `count` requests of `operation` on this table hang for `seconds`
+    /// (at most 60) before the server applies and answers them. The server waits outside
+    /// its global lock, so other requests, tables and the control API go on meanwhile. A
+    /// client whose attempt timeout is shorter gives up first, and the write lands late.
+    pub async fn inject_hang(&self, operation: &str, seconds: f64, count: u32) {
+        let spec = json!({
+            "table": self.name, "operation": operation, "kind": "hang",
+            "seconds": seconds, "count": count,
+        });
+        self.control("POST", "/_test/faults", Some(spec)).await;
+    }
+
+    /// The item whose `id` is `id`, as stored, read with a consistent GetItem through
+    /// [`TestTable::client`]; `None` when there is none. The request carries the header
+    /// `x-test-uncounted: 1`, so the server neither counts it in [`TestTable::counts`]
+    /// nor hands it a queued fault: looking does not disturb what a test measures.
+    pub async fn get_raw(&self, id: &str) -> Option<HashMap<String, AttributeValue>> {
+        self.client
+            .get_item()
+            .table_name(&self.name)
+            .key("id", AttributeValue::S(id.to_owned()))
+            .consistent_read(true)
+            .customize()
+            .mutate_request(|request| {
+                request.headers_mut().insert("x-test-uncounted", "1");
+            })
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("get {id} from {}: {e:?}", self.name))
+            .item
     }
 
     /// Makes conditional-check failures on this table come back without the old item, as

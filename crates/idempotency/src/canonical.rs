@@ -67,42 +67,16 @@ fn write_number(n: &serde_json::Number, out: &mut String) {
     }
 }
 
-/// ECMAScript's Number::toString for a finite double (RFC 8785 section 3.2.2.3).
+/// ECMAScript's Number::toString for a finite double (RFC 8785 section 3.2.2.3): the
+/// shortest round-trip digits, an exact tie between two such taking the even digit, and
+/// `-0` written as `0`.
 fn write_double(f: f64, out: &mut String) {
     if f == 0.0 {
         out.push('0');
         return;
     }
-    if f.is_sign_negative() {
-        out.push('-');
-    }
-    // `{:e}` gives the shortest round-trip digits: "7e-1", "1.2345e3".
-    let sci = format!("{:e}", f.abs());
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
-    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let k = digits.len() as i32; // number of significant digits
-    let n = exp + 1; // decimal point position relative to the digits
-    if k <= n && n <= 21 {
-        out.push_str(&digits);
-        out.extend(std::iter::repeat_n('0', (n - k) as usize));
-    } else if 0 < n && n <= 21 {
-        out.push_str(&digits[..n as usize]);
-        out.push('.');
-        out.push_str(&digits[n as usize..]);
-    } else if -6 < n && n <= 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', (-n) as usize));
-        out.push_str(&digits);
-    } else {
-        out.push_str(&digits[..1]);
-        if k > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let e = n - 1;
-        let _ = write!(out, "e{}{}", if e >= 0 { "+" } else { "-" }, e.abs());
-    }
+    // serde_json holds no NaN or infinity, so every double here is finite.
+    out.push_str(ryu_js::Buffer::new().format_finite(f));
 }
 
 #[cfg(test)]
@@ -140,6 +114,48 @@ mod tests {
             ("123.456", "123.456"),
         ] {
             assert_eq!(canon(input), want, "input {input}");
+        }
+    }
+
+    #[test]
+    fn doubles_match_rfc8785_appendix_b() {
+        // Every finite IEEE 754 sample of RFC 8785 appendix B, plus 2^53 - 1. Built from
+        // the bits so no parser sits between the double and the expected text.
+        for (bits, want) in [
+            (0x0000000000000000_u64, "0"),
+            (0x8000000000000000, "0"),
+            (0x0000000000000001, "5e-324"),
+            (0x8000000000000001, "-5e-324"),
+            (0x7fefffffffffffff, "1.7976931348623157e+308"),
+            (0xffefffffffffffff, "-1.7976931348623157e+308"),
+            (0x4340000000000000, "9007199254740992"),
+            (0xc340000000000000, "-9007199254740992"),
+            (0x433fffffffffffff, "9007199254740991"),
+            (0x4430000000000000, "295147905179352830000"),
+            (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+            (0x44b52d02c7e14af6, "1e+23"),
+            (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+            (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+            (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+            (0x444b1ae4d6e2ef50, "1e+21"),
+            (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+            (0x3eb0c6f7a0b5ed8d, "0.000001"),
+            (0x41b3de4355555553, "333333333.3333332"),
+            (0x41b3de4355555554, "333333333.33333325"),
+            (0x41b3de4355555555, "333333333.3333333"),
+            (0x41b3de4355555556, "333333333.3333334"),
+            (0x41b3de4355555557, "333333333.33333343"),
+            (0xbecbf647612f3696, "-0.0000033333333333333333"),
+            // An exact tie between two shortest forms: ECMAScript takes the even digit.
+            (0x43143ff3c1cb0959, "1424953923781206.2"),
+        ] {
+            let f = f64::from_bits(bits);
+            let n = serde_json::Number::from_f64(f).expect("finite");
+            assert_eq!(
+                to_canonical_string(&Value::Number(n)),
+                want,
+                "bits {bits:#018x}"
+            );
         }
     }
 

@@ -29,7 +29,8 @@ pub enum Error {
         /// The stored idempotency id.
         key: String,
     },
-    /// The payload has no value where the key strategy looks for one.
+    /// The payload has no value where the key strategy looks for one (or an empty one:
+    /// `null`, `""`, `[]` or `{}`).
     KeyMissing {
         /// What was looked for: a JSON pointer or a field list.
         field: String,

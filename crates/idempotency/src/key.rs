@@ -50,8 +50,8 @@ enum Source {
 
 impl KeyStrategy {
     /// The value at a JSON pointer (RFC 6901), e.g. `/order/id`. Strings are used as they
-    /// are; numbers, objects and arrays in their canonical JSON form. Absent or `null` is
-    /// [`Error::KeyMissing`].
+    /// are; numbers, objects and arrays in their canonical JSON form. Absent, `null`, `""`,
+    /// `[]` and `{}` are [`Error::KeyMissing`].
     pub fn pointer(pointer: impl Into<String>) -> Self {
         KeyStrategy(Source::Pointer(pointer.into()))
     }
@@ -113,10 +113,11 @@ impl KeyStrategy {
     pub fn derive(&self, payload: &Value) -> Result<String, Error> {
         match &self.0 {
             Source::Pointer(pointer) => match payload.pointer(pointer) {
-                None | Some(Value::Null) => Err(Error::KeyMissing {
+                // An empty value would be one key shared by every message that has it.
+                None => Err(Error::KeyMissing {
                     field: pointer.clone(),
                 }),
-                Some(Value::String(s)) if s.is_empty() => Err(Error::KeyMissing {
+                Some(v) if is_empty(v) => Err(Error::KeyMissing {
                     field: pointer.clone(),
                 }),
                 Some(Value::String(s)) => Ok(s.clone()),
@@ -195,7 +196,8 @@ pub fn validation_hash(payload: &Value, fields: &[String]) -> String {
 pub fn hash_value(value: &Value) -> String {
     let mut text = String::with_capacity(256);
     write_canonical(value, &mut text);
-    to_hex(&Sha256::digest(text.as_bytes()))
+    // sha2's output (a GenericArray) formats as lowercase hex, two digits a byte.
+    format!("{:x}", Sha256::digest(text.as_bytes()))
 }
 
 fn subset(payload: &Value, fields: &[String]) -> (Map<String, Value>, Vec<String>) {
@@ -217,18 +219,19 @@ fn subset(payload: &Value, fields: &[String]) -> (Map<String, Value>, Vec<String
     (out, missing)
 }
 
-fn field_pointer(name: &str) -> String {
-    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+/// `null`, `""`, `[]` or `{}`: no key at all.
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 0xf) as usize] as char);
-    }
-    s
+fn field_pointer(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
 }
 
 #[cfg(test)]
@@ -296,6 +299,78 @@ mod tests {
             k.derive(&json!({})),
             Err(Error::KeyMissing { .. })
         ));
+    }
+
+    #[test]
+    fn empty_containers_are_missing_keys_not_shared_ones() {
+        // `[]` and `{}` would otherwise be the key of every message that has them.
+        let p = json!({"request_id": [], "order": {"id": {}}, "tags": ["a"]});
+        for k in [
+            KeyStrategy::field("request_id"),
+            KeyStrategy::pointer("/order/id"),
+        ] {
+            assert!(
+                matches!(k.derive(&p), Err(Error::KeyMissing { .. })),
+                "{k:?}"
+            );
+        }
+        // Non-empty containers are still keys, in canonical form.
+        assert_eq!(KeyStrategy::field("tags").derive(&p).unwrap(), r#"["a"]"#);
+        // And a fallback moves past an empty one.
+        let k = KeyStrategy::field("request_id").or(KeyStrategy::field("tags"));
+        assert_eq!(k.derive(&p).unwrap(), r#"["a"]"#);
+    }
+
+    /// Stored keys must not change between versions: a change of canonical form or hash
+    /// output turns every retry after an upgrade into new work. The hashes below were
+    /// computed outside this crate, as `printf '%s' '<canonical text>' | sha256sum`.
+    #[test]
+    fn stored_key_format_is_pinned() {
+        let cases: [(&str, &[&str], &str, &str); 3] = [
+            (
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.7,"max_tokens":64}"#,
+                &["model", "messages", "temperature", "max_tokens"],
+                r#"{"max_tokens":64,"messages":[{"content":"hi","role":"user"}],"model":"m","temperature":0.7}"#,
+                "797c46bf1c6811394d960b9b8c47e9b5914ee4c036607ae96e452c43433d83bd",
+            ),
+            (
+                r#"{"order":{"id":4471,"lines":[1,2]},"customer":"c-9","submitted_at":"2024-01-01"}"#,
+                &["/order/id", "customer"],
+                r#"{"/order/id":4471,"customer":"c-9"}"#,
+                "b2b8c260920b0a6fe46861fa1dc03ff838c097efe50bbd756e248688ae1d0e27",
+            ),
+            (
+                // The whole payload: escapes, a float written as an integer, negative
+                // zero, and an integer beyond 2^53 kept exact.
+                r#"{"n":-0.0,"id":9007199254740993,"b":[1.5e3,true,null],"a":"\u00e9\n"}"#,
+                &[],
+                r#"{"a":"é\n","b":[1500,true,null],"id":9007199254740993,"n":0}"#,
+                "f961273f81d66a9bb3680712109b7dd5760453a004f224ec0c233e649e65b3c5",
+            ),
+        ];
+        for (payload, fields, canonical, sha) in cases {
+            let p: Value = serde_json::from_str(payload).unwrap();
+            let fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+            let hashed = if fields.is_empty() {
+                p.clone()
+            } else {
+                Value::Object(subset(&p, &fields).0)
+            };
+            assert_eq!(
+                crate::canonical::to_canonical_string(&hashed),
+                canonical,
+                "{payload}"
+            );
+            assert_eq!(KeyStrategy::hash(fields.clone()).derive(&p).unwrap(), sha);
+            assert_eq!(validation_hash(&p, &fields), sha);
+        }
+        // An absent field allowed to be missing is left out, not written as null.
+        let k = KeyStrategy::hash(["model", "seed"]).allow_missing_fields();
+        assert_eq!(
+            k.derive(&json!({"model": "m"})).unwrap(),
+            // printf '%s' '{"model":"m"}' | sha256sum
+            "548f58d1c36c715b44f0863472074a97c448d5b8d18164b92adf55592b127f86"
+        );
     }
 
     #[test]

@@ -92,9 +92,24 @@ pub(crate) fn expand(args: Args, function: ItemFn) -> syn::Result<TokenStream> {
         ));
     }
 
-    let name = args
-        .operation
-        .unwrap_or_else(|| LitStr::new(&sig.ident.to_string(), sig.ident.span()));
+    // The default is the function's full path (module, type for methods, name), read at
+    // run time from the path of an item declared in the body: a proc macro sees neither
+    // the module nor the enclosing `impl`. The body of an `async fn` (or of a closure or
+    // async block the function is declared in) adds `{{closure}}` parts, which are
+    // dropped; `#` (a `char` const argument) would end the operation part of stored ids.
+    let (marker, name) = match &args.operation {
+        Some(name) => (quote! {}, quote! { #name }),
+        None => (
+            quote! { fn __idempotent_marker() {} },
+            quote! {
+                &{
+                    let path = ::core::any::type_name_of_val(&__idempotent_marker);
+                    let path = path.strip_suffix("::__idempotent_marker").unwrap_or(path);
+                    path.replace("::{{closure}}", "").replace('#', "%23")
+                }
+            },
+        ),
+    };
     let key = option_lit(args.key.as_ref());
     let hash = option_list(args.hash.as_deref());
     let validate = option_list(args.validate.as_deref());
@@ -124,6 +139,7 @@ pub(crate) fn expand(args: Args, function: ItemFn) -> syn::Result<TokenStream> {
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
+            #marker
             static __IDEMPOTENT_OPERATION: ::std::sync::OnceLock<::lambda_idempotency::Operation> =
                 ::std::sync::OnceLock::new();
             let __idempotent_operation = __IDEMPOTENT_OPERATION.get_or_init(|| {

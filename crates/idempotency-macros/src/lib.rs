@@ -28,12 +28,22 @@ use proc_macro::TokenStream;
 /// | `hash = ["field", ...]` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
 /// | `payload = arg` | the argument the key is read from; optional when there is one argument |
 /// | `validate = ["field", ...]` | a later call with the same key and different fields fails with `PayloadMismatch` |
-/// | `operation = "name"` | keeps this function's keys apart from others'; default: the function's name |
+/// | `operation = "name"` | keeps this function's keys apart from others'; default: the function's full path (see below) |
 /// | `key_prefix = "prefix"` | the stored id's prefix instead of `{function_name}.{operation}`: stable across renames |
 /// | `context = arg` | a `lambda_runtime::Context` argument whose deadline ends the lease |
 ///
 /// Without `context`, the lease ends with the invocation set by `SqsBatch` or
 /// `with_context`, or after the configured lease.
+///
+/// The default `operation` is the function's full path: crate, module, the type for
+/// methods, and the name, as `std::any::type_name` prints it: `my_crate::orders::process`,
+/// `my_crate::Order::handle`, `my_crate::Queue<_>::handle` (a generic impl, one name for
+/// every `T`), `<my_crate::Order as my_crate::Handler>::handle` (a trait impl), or
+/// `my_crate::outer::inner` (a function declared in another). So `orders::process` and
+/// `refunds::process` never share stored ids. Moving or renaming the function (or its
+/// module or type, or renaming the crate) changes its stored ids: a duplicate of a call
+/// made before the deploy is not recognized and runs again. In production, pin
+/// `operation = "..."` (or `key_prefix = "..."`) to keep ids stable.
 ///
 /// # `handle`, `key` and `validate`
 ///

@@ -145,7 +145,10 @@ async fn the_lease_ends_with_the_context_deadline() {
     async fn with_ctx(request: Request, ctx: &lambda_runtime::Context) -> Result<u64, Error> {
         let record = IDEM
             .0
-            .record(&format!("fn.with_ctx#{}", request.request_id))
+            .record(&format!(
+                "fn.behaviour::the_lease_ends_with_the_context_deadline::with_ctx#{}",
+                request.request_id
+            ))
             .unwrap();
         let lease = lambda_idempotency::epoch_millis(record.in_progress_expiration.unwrap());
         Ok(lease - ctx.deadline)

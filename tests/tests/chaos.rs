@@ -155,7 +155,7 @@ impl Harness {
             .idempotency
             .execute(&self.operation, &payload, None, || async {
                 called.store(true, Ordering::SeqCst);
-                self.model.complete(&request).await
+                self.model.complete(&request, None).await
             })
             .await;
         guard.finished = true;

@@ -54,6 +54,18 @@ async fn dynamodb_store_passes_the_conformance_suite() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_store_runs_once_under_every_store_fault() {
+    let (_table, store) = store("faults").await;
+    conformance::engine_under_faults(store).await;
+}
+
+#[tokio::test]
+async fn dynamodb_store_keeps_leases_through_the_engine() {
+    let (_table, store) = store("leases").await;
+    conformance::engine_keeps_leases(store).await;
+}
+
 #[tokio::test]
 async fn request_counts_per_path() {
     let (table, store) = store("counts").await;
@@ -261,4 +273,182 @@ async fn a_conflict_without_the_old_item_falls_back_to_one_consistent_read() {
         "the duplicate cost a PutItem and one GetItem: {counts:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// The environment `scripts/test` sets so `DynamoDbStore::from_env` reaches the test server.
+fn from_env_endpoint() -> String {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_default();
+    let server = std::env::var(e2e_tests::ENDPOINT_ENV).unwrap_or_default();
+    assert!(
+        !endpoint.is_empty() && endpoint == server,
+        "this test builds its client with DynamoDbStore::from_env: run it through scripts/test, \
+         or export AWS_ENDPOINT_URL_DYNAMODB={server:?} (the test server), AWS_REGION, \
+         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    );
+    endpoint
+}
+
+/// The client `from_env` builds does not retry on its own: the engine's three attempts
+/// are all the PutItems a throttled claim makes (with the SDK's standard retries on top,
+/// it would be nine).
+#[tokio::test]
+async fn from_env_leaves_retries_to_the_engine() {
+    from_env_endpoint();
+    let table = TestTable::create("from-env").await;
+    let store = DynamoDbStore::from_env(&table.name).await;
+    let idem = Idempotency::new(store);
+    table.inject("PutItem", "throttle", 20).await;
+    let calls = AtomicU32::new(0);
+    let err = call(&idem, &payload("x"), &calls).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecuteError::Idempotency(Error::Store {
+                retryable: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        table.counts().await.get("PutItem"),
+        Some(&u64::from(lambda_idempotency::DEFAULT_MAX_STORE_ATTEMPTS)),
+        "one owner of retries"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// PutItem applied by the server, its answer replaced by a 500: the engine's retry finds
+/// its own claim and runs the function once. The same for UpdateItem.
+#[tokio::test]
+async fn writes_applied_with_their_answer_lost_run_once() {
+    let (table, store) = store("answer-lost").await;
+    let idem = Idempotency::builder(store)
+        .lease(Duration::from_secs(30))
+        .build();
+    let calls = AtomicU32::new(0);
+    table.inject("PutItem", "applied_internal", 1).await;
+    table.inject("UpdateItem", "applied_internal", 1).await;
+    let (_, outcome) = call(&idem, &payload("l"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    let counts = table.counts().await;
+    assert_eq!(
+        (counts.get("PutItem"), counts.get("UpdateItem")),
+        (Some(&2), Some(&2)),
+        "each write retried once: {counts:?}"
+    );
+    let (_, outcome) = call(&idem, &payload("l"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one call in total");
+}
+
+/// A PutItem that hangs at the server is cut off at the attempt timeout and retried; when
+/// the hung write lands later, after the result was stored, it changes nothing.
+#[tokio::test]
+async fn a_hung_claim_is_cut_off_and_its_late_write_changes_nothing() {
+    let (table, store) = store("hang").await;
+    let idem = Idempotency::builder(store)
+        .lease(Duration::from_secs(30))
+        .store_attempt_timeout(Duration::from_millis(400))
+        .build();
+    table.inject_hang("PutItem", 2.0, 1).await;
+    let calls = AtomicU32::new(0);
+    let started = std::time::Instant::now();
+    let (_, outcome) = call(&idem, &payload("h"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "not held by the hung request: {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let id = idem.idempotency_id(&op(), &payload("h")).unwrap();
+    let item = table.get_raw(&id).await.expect("the record");
+    assert_eq!(
+        item["status"].as_s().unwrap(),
+        "COMPLETED",
+        "the late claim did not reopen it"
+    );
+    assert_eq!(
+        table.counts().await.get("PutItem"),
+        Some(&2),
+        "the hung claim and its retry"
+    );
+    let (_, outcome) = call(&idem, &payload("h"), &calls).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// A claim that replaced an item which is no idempotency record (a shared table) is a
+/// claim, not an error that holds the key until the lease ends.
+#[tokio::test]
+async fn claiming_over_a_foreign_item_is_not_an_error() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let (table, store) = store("foreign").await;
+    let idem = Idempotency::new(store);
+    let id = idem.idempotency_id(&op(), &payload("f")).unwrap();
+    table
+        .client
+        .put_item()
+        .table_name(&table.name)
+        .item("id", AttributeValue::S(id.clone()))
+        .item("status", AttributeValue::S("SOMETHING_ELSE".into()))
+        .item("expiration", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let calls = AtomicU32::new(0);
+    let (value, _) = call(&idem, &payload("f"), &calls).await.unwrap();
+    assert_eq!(value, "answer");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let item = table.get_raw(&id).await.unwrap();
+    assert_eq!(item["status"].as_s().unwrap(), "COMPLETED");
+}
+
+/// Long attribute names count toward DynamoDB's 400 KB item limit: a result that fits
+/// with the default names but not with these is refused before the write, not lost.
+#[tokio::test]
+async fn custom_attribute_names_count_toward_the_size_limit() {
+    let (_table, store) = store("long-names").await;
+    let long = |name: &str| format!("{name}_{}", "x".repeat(10_000));
+    let names = lambda_idempotency::AttributeNames {
+        data: long("data"),
+        validation: long("validation"),
+        lease_token: long("lease_token"),
+        status: long("status"),
+        in_progress_expiration: long("in_progress_expiration"),
+        ..Default::default()
+    };
+    let store = store.with_attribute_names(names);
+    let idem = Idempotency::builder(store)
+        .lease(Duration::from_secs(30))
+        .build();
+    let big = "y".repeat(380 * 1024);
+    let result = idem
+        .execute(&op(), &payload("big"), None, || async {
+            Ok::<_, String>(big.clone())
+        })
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::ResultTooLarge { .. }))
+        ),
+        "refused before the write, not RESULT LOST: {result:?}"
+    );
+    let again = idem
+        .execute(&op(), &payload("big"), None, || async {
+            if true {
+                panic!("never run twice");
+            }
+            Ok::<_, String>(String::new())
+        })
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(ExecuteError::Idempotency(Error::ResultNotStored { .. }))
+        ),
+        "{again:?}"
+    );
 }

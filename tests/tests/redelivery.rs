@@ -197,10 +197,10 @@ async fn a_lost_acknowledgement_replays_the_whole_batch() {
 async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease() {
     let s = setup("dies-mid-call").await;
     s.provider.set_delay(Duration::from_secs(3));
-    // The invocation's deadline is the lease: 1.5 s from now.
+    // The invocation's deadline is the lease: 2.5 s from now.
     let dying = s
         .worker
-        .handle(invocation(SINGLE, None, Duration::from_millis(1500)));
+        .handle(invocation(SINGLE, None, Duration::from_millis(2500)));
     let dropped = tokio::time::timeout(Duration::from_millis(700), dying).await;
     assert!(
         dropped.is_err(),
@@ -219,14 +219,18 @@ async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease() {
         FailureKind::InProgress
     );
 
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(1900)).await;
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
     let delivery = next.records[0]
         .result
         .as_ref()
         .expect("the next delivery takes over");
     assert!(delivery.called_model);
-    assert!(s.provider.completion_calls() <= 2, "at most two calls");
+    assert_eq!(
+        s.provider.completion_calls(),
+        2,
+        "the dead worker's call and the takeover's"
+    );
     let replay = s.worker.process(deliver(SINGLE)).await;
     assert!(
         !replay.records[0].result.as_ref().unwrap().called_model,
@@ -330,4 +334,27 @@ async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
     assert!(next.records[0].result.as_ref().unwrap().called_model);
     assert_eq!(s.provider.completion_calls(), 2);
+}
+
+#[tokio::test]
+async fn a_provider_that_never_answers_is_cut_off_before_the_deadline() {
+    let s = setup("provider-hangs").await;
+    s.provider.set_delay(Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let response = s
+        .worker
+        .handle(invocation(SINGLE, None, Duration::from_millis(2500)))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "answered before the deadline, after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(failures(&response).len(), 1, "the record is handed back");
+    assert_eq!(s.provider.completion_calls(), 1);
+    // The claim was released: the next delivery asks again at once.
+    s.provider.set_delay(Duration::ZERO);
+    let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
+    assert!(next.records[0].result.as_ref().unwrap().called_model);
 }

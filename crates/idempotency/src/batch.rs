@@ -15,11 +15,16 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tracing::{Instrument, info, info_span, warn};
 
 /// Records processed at once by default: an SQS batch's default size.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 10;
+
+/// How long before the invocation's deadline the batch stops waiting for unfinished
+/// records and answers Lambda: a response Lambda never gets fails every record of the
+/// batch, finished ones included.
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 
 /// Why one record was reported as a batch item failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +40,9 @@ pub enum FailureKind {
     Panicked,
     /// FIFO: an earlier record of the same message group failed, so this one was not run.
     SkippedAfterGroupFailure,
+    /// The record had not finished shortly before the invocation's deadline. Its claim
+    /// stays until its lease ends, as after a crash; a later delivery takes it over.
+    Unfinished,
 }
 
 /// One record's failure.
@@ -196,6 +204,7 @@ impl std::error::Error for BatchError {}
 pub struct SqsBatch {
     max_concurrency: usize,
     fail_invocation_when_all_fail: bool,
+    deadline_margin: Duration,
 }
 
 impl Default for SqsBatch {
@@ -210,7 +219,15 @@ impl SqsBatch {
         Self {
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             fail_invocation_when_all_fail: false,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
         }
+    }
+
+    /// Answers this long before the invocation's deadline, reporting records that have not
+    /// finished as [`FailureKind::Unfinished`]. Default [`DEFAULT_DEADLINE_MARGIN`].
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
     }
 
     /// At most `n` records (FIFO: message groups) at once. 1 processes one at a time.
@@ -307,10 +324,11 @@ impl SqsBatch {
         Fut: Future<Output = Result<T, E>>,
         E: Into<BoxError>,
     {
-        let total = records.len();
+        let message_ids: Vec<Option<String>> =
+            records.iter().map(|r| r.message_id.clone()).collect();
         let groups = group_records(records);
         let handler = &handler;
-        let mut slots: Vec<Option<RecordReport<T>>> = (0..total).map(|_| None).collect();
+        let mut slots: Vec<Option<RecordReport<T>>> = message_ids.iter().map(|_| None).collect();
         let work = futures_util::stream::iter(groups)
             .map(|group| run_group(group, handler))
             .buffer_unordered(self.max_concurrency)
@@ -320,13 +338,45 @@ impl SqsBatch {
                 }
                 std::future::ready(())
             });
-        invocation::with_deadline(deadline, work).await;
+        let work = invocation::with_deadline(deadline, work);
+        match deadline {
+            Some(deadline) => {
+                let left = deadline
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    .saturating_sub(self.deadline_margin);
+                if tokio::time::timeout(left, work).await.is_err() {
+                    warn!(
+                        margin = ?self.deadline_margin,
+                        "the invocation's deadline is near: answering now, unfinished records are reported as failures"
+                    );
+                }
+            }
+            None => work.await,
+        }
         BatchReport {
             records: slots
                 .into_iter()
-                .map(|slot| slot.expect("every record is reported"))
+                .zip(message_ids)
+                .map(|(slot, message_id)| slot.unwrap_or_else(|| unfinished(message_id)))
                 .collect(),
         }
+    }
+}
+
+fn unfinished<T>(message_id: Option<String>) -> RecordReport<T> {
+    let reason = "not finished before the invocation's deadline; its claim stays until its lease ends, then a redelivery takes it over".to_owned();
+    warn!(
+        message_id = message_id.as_deref().unwrap_or_default(),
+        "{reason}"
+    );
+    RecordReport {
+        message_id,
+        result: Err(RecordFailure {
+            kind: FailureKind::Unfinished,
+            reason,
+            error: None,
+        }),
     }
 }
 

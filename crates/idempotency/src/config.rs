@@ -1,5 +1,7 @@
 //! Settings of an [`Idempotency`](crate::Idempotency) handle, and their defaults.
 
+use crate::clock::{Clock, SystemClock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a record counts, by default: SQS's longest message lifetime (14 days of
@@ -27,6 +29,12 @@ pub const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
 /// before the invocation's deadline.
 pub const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
 
+/// The longest one store request may take before it is abandoned (and retried, within
+/// the lease). DynamoDB answers in milliseconds; a request without an answer after this
+/// long has stalled, and waiting on it would let Lambda kill the invocation and lose the
+/// whole batch's response. Every attempt is also cut at the lease's cutoff.
+pub const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// First backoff between store retries; it doubles up to [`MAX_BACKOFF`].
 pub const BASE_BACKOFF: Duration = Duration::from_millis(25);
 
@@ -50,6 +58,10 @@ pub struct Config {
     pub max_claim_attempts: u32,
     /// See [`DEFAULT_MAX_STORE_ATTEMPTS`].
     pub max_store_attempts: u32,
+    /// See [`DEFAULT_STORE_ATTEMPT_TIMEOUT`].
+    pub store_attempt_timeout: Duration,
+    /// Where the engine reads the time. [`SystemClock`] by default.
+    pub clock: Arc<dyn Clock>,
     /// Completed records kept in memory to answer duplicates without a store request.
     /// 0 turns the cache off.
     pub local_cache_capacity: usize,
@@ -68,6 +80,8 @@ impl Default for Config {
                 .unwrap_or_else(|| "local".into()),
             max_claim_attempts: DEFAULT_MAX_CLAIM_ATTEMPTS,
             max_store_attempts: DEFAULT_MAX_STORE_ATTEMPTS,
+            store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
+            clock: Arc::new(SystemClock),
             local_cache_capacity: 0,
             disabled: disabled_by_env(),
         }
@@ -96,5 +110,8 @@ pub fn expiry_for_queue(
     max_receive_count: u32,
     visibility_timeout: Duration,
 ) -> Duration {
-    retention + visibility_timeout * max_receive_count
+    visibility_timeout
+        .checked_mul(max_receive_count)
+        .and_then(|receives| retention.checked_add(receives))
+        .unwrap_or(Duration::MAX)
 }

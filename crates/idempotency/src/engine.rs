@@ -1,6 +1,7 @@
 //! The state machine: claim, run, complete or release.
 
 use crate::cache::{Cached, CompletedCache};
+use crate::clock::{self, Clock};
 use crate::config::{self, Config};
 use crate::error::{Error, ExecuteError};
 use crate::invocation;
@@ -17,9 +18,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-/// Bytes a record holds besides its id, result and hashes: attribute names, status,
-/// numbers. Generous, so the size check errs on the safe side.
-const RECORD_OVERHEAD_BYTES: usize = 256;
+/// What separates the parts of a stored id: `{function_name}.{operation}#{key}`. The
+/// function name may hold neither, the operation and an explicit key prefix no `#`, so
+/// the first `#` ends the prefix and the first `.` the function name: two different
+/// (function, operation, key) never share an id.
+const PREFIX_END: char = '#';
+const FUNCTION_END: char = '.';
+
+/// The shortest time given to one store attempt, even when the cutoff has passed: a
+/// result already paid for gets one real try, and the batch's own deadline still bounds
+/// the invocation.
+const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// One idempotent operation: how its key is found, which fields must match on a
 /// duplicate, and the name that keeps its keys apart from other operations'.
@@ -40,6 +49,8 @@ pub struct Operation {
 
 impl Operation {
     /// An operation named `name` (the function's name, usually) with its key strategy.
+    /// The name must not contain `#`, which ends the stored id's prefix
+    /// ([`Error::InvalidName`] on use).
     pub fn new(name: impl Into<String>, key: KeyStrategy) -> Self {
         Self {
             name: name.into(),
@@ -61,7 +72,8 @@ impl Operation {
     }
 
     /// Sets the id prefix explicitly instead of `{function_name}.{operation}`, so keys stay
-    /// the same when the function or operation is renamed.
+    /// the same when the function or operation is renamed. It must not contain `#`. Two
+    /// operations given one prefix share their keys: that is what it is for.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
         self
@@ -153,7 +165,8 @@ pub struct IdempotencyBuilder {
 
 impl IdempotencyBuilder {
     /// How long records count. Default [`DEFAULT_EXPIRES_AFTER`](config::DEFAULT_EXPIRES_AFTER);
-    /// see [`expiry_for_queue`](crate::expiry_for_queue).
+    /// see [`expiry_for_queue`](crate::expiry_for_queue). A record never expires before
+    /// its lease ends, however short this is. Times past the year 2500 are capped there.
     pub fn expires_after(mut self, expiry: Duration) -> Self {
         self.config.expires_after = expiry;
         self
@@ -166,6 +179,7 @@ impl IdempotencyBuilder {
     }
 
     /// The first part of stored ids. Default: `AWS_LAMBDA_FUNCTION_NAME`, or `local`.
+    /// It must contain neither `.` nor `#` (Lambda's function names never do).
     pub fn function_name(mut self, name: impl Into<String>) -> Self {
         self.config.function_name = name.into();
         self
@@ -187,6 +201,19 @@ impl IdempotencyBuilder {
     /// Attempts of a store request on retryable errors. Default 3.
     pub fn max_store_attempts(mut self, attempts: u32) -> Self {
         self.config.max_store_attempts = attempts.max(1);
+        self
+    }
+
+    /// The longest one store request may take before it is abandoned and retried. Default
+    /// [`DEFAULT_STORE_ATTEMPT_TIMEOUT`](config::DEFAULT_STORE_ATTEMPT_TIMEOUT).
+    pub fn store_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.config.store_attempt_timeout = timeout.max(MIN_ATTEMPT_TIMEOUT);
+        self
+    }
+
+    /// Where the engine reads the time ([`TestClock`](crate::TestClock) in tests).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.config.clock = Arc::new(clock);
         self
     }
 
@@ -245,8 +272,16 @@ impl Idempotency {
     pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
         let key = op.key.derive(payload)?;
         let id = match &op.key_prefix {
-            Some(prefix) => format!("{prefix}#{key}"),
-            None => format!("{}.{}#{key}", self.inner.config.function_name, op.name),
+            Some(prefix) => {
+                check_name("key prefix", prefix, &[PREFIX_END])?;
+                format!("{prefix}{PREFIX_END}{key}")
+            }
+            None => {
+                let function = &self.inner.config.function_name;
+                check_name("function name", function, &[FUNCTION_END, PREFIX_END])?;
+                check_name("operation name", &op.name, &[PREFIX_END])?;
+                format!("{function}{FUNCTION_END}{}{PREFIX_END}{key}", op.name)
+            }
         };
         let max = self.inner.store.limits().max_id_bytes;
         if id.len() > max {
@@ -356,43 +391,63 @@ impl Idempotency {
         validation: Option<String>,
         deadline: Option<SystemTime>,
     ) -> Result<Claimed<T>, Error> {
-        let now = SystemTime::now();
-        if let Some(cached) = self.inner.cache.as_ref().and_then(|c| c.get(id, now)) {
+        let cached = self
+            .inner
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(id, self.now()));
+        if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
             debug!("replayed from the local cache");
             return decode(id, cached.data.as_deref()).map(Claimed::Cached);
         }
         let attempts = self.inner.config.max_claim_attempts;
         for _ in 0..attempts {
-            let now = SystemTime::now();
+            let now = self.now();
+            let lease_until = self.lease_until(now, deadline);
             let claim = Claim {
                 id: id.to_owned(),
                 now,
-                expiration: now + self.inner.config.expires_after,
-                lease_until: self.lease_until(now, deadline),
+                // An expiry never ends a live lease.
+                expiration: clock::add(now, self.inner.config.expires_after).max(lease_until),
+                lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
             };
             let store = &self.inner.store;
+            // The same claim (same token) on every attempt: a retry after an answer was
+            // lost finds its own record and succeeds.
             let outcome = self
-                .with_store_retries(claim.lease_until, || store.claim(&claim))
+                .retry(
+                    store_cutoff(&claim),
+                    self.inner.config.max_store_attempts,
+                    || store.claim(&claim),
+                )
                 .await?;
             match outcome {
                 ClaimOutcome::Claimed { previous } => {
-                    let took_over = previous.is_some();
+                    let own = previous
+                        .as_ref()
+                        .is_some_and(|p| p.lease_token.as_deref() == Some(&claim.lease_token));
                     match &previous {
+                        _ if own => {
+                            info!(
+                                "found this claim's own record: an earlier attempt was applied but its answer was lost"
+                            )
+                        }
                         Some(old) if old.status == Status::InProgress => {
                             warn!(lease_ended = ?old.in_progress_expiration, "took over an in-progress record whose lease ended (a worker crashed or timed out)");
                         }
                         Some(_) => info!("took over an expired record"),
                         None => debug!("claimed"),
                     }
+                    let took_over = previous.is_some() && !own;
                     return Ok(Claimed::Run { claim, took_over });
                 }
                 ClaimOutcome::Exists(record) => {
-                    if record.is_claimable_at(now) {
-                        // The store saw it live, we see it claimable: it changed or clocks
-                        // disagree. Claim again.
+                    if record.is_claimable_by(&claim) {
+                        // The store saw it live, we see it claimable: it changed between
+                        // the write and the read. Claim again.
                         debug!("record changed between write and read; claiming again");
                         continue;
                     }
@@ -467,12 +522,13 @@ impl Idempotency {
                 }));
             }
         };
-        let size = RECORD_OVERHEAD_BYTES
+        let limits = self.inner.store.limits();
+        let size = limits.record_overhead_bytes
             + claim.id.len()
             + data.len()
             + claim.lease_token.len()
             + claim.validation.as_ref().map_or(0, String::len);
-        let max = self.inner.store.limits().max_record_bytes;
+        let max = limits.max_record_bytes;
         let too_large = size > max;
         if too_large {
             error!(
@@ -481,11 +537,13 @@ impl Idempotency {
                 "the result is too large to store; marking the record completed without it so the function never runs twice"
             );
         }
-        let expiration = SystemTime::now() + self.inner.config.expires_after;
+        let expiration = clock::add(self.now(), self.inner.config.expires_after);
         let stored = (!too_large).then_some(data.as_str());
         let store = &self.inner.store;
+        // The result is already paid for: retry for as long as the lease allows. A retry
+        // after a lost answer finds the record completed with its own token and succeeds.
         let completed = self
-            .with_store_retries_until(completion_cutoff(claim), || {
+            .retry(store_cutoff(claim), u32::MAX, || {
                 store.complete(&claim.id, &claim.lease_token, stored, expiration)
             })
             .await;
@@ -530,9 +588,11 @@ impl Idempotency {
     async fn release(&self, claim: &Claim, why: &str) {
         let store = &self.inner.store;
         let released = self
-            .with_store_retries(claim.lease_until, || {
-                store.release(&claim.id, &claim.lease_token)
-            })
+            .retry(
+                store_cutoff(claim),
+                self.inner.config.max_store_attempts,
+                || store.release(&claim.id, &claim.lease_token),
+            )
             .await;
         match released {
             Ok(()) => info!(reason = why, "released the claim"),
@@ -542,33 +602,24 @@ impl Idempotency {
         }
     }
 
+    fn now(&self) -> SystemTime {
+        self.inner.config.clock.now()
+    }
+
     fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
         let until = match (self.inner.config.lease, deadline) {
-            (Some(lease), _) => now + lease,
-            (None, Some(deadline)) => deadline,
-            (None, None) => now + config::DEFAULT_LEASE,
+            (Some(lease), _) => clock::add(now, lease),
+            (None, Some(deadline)) => deadline.min(clock::far_future()),
+            (None, None) => clock::add(now, config::DEFAULT_LEASE),
         };
-        until.max(now + config::MIN_LEASE)
+        until.max(clock::add(now, config::MIN_LEASE))
     }
 
-    async fn with_store_retries<'a, R>(
-        &self,
-        lease_until: SystemTime,
-        op: impl FnMut() -> crate::store::BoxFuture<'a, Result<R, Error>>,
-    ) -> Result<R, Error> {
-        self.retry(lease_until, self.inner.config.max_store_attempts, op)
-            .await
-    }
-
-    /// Completion carries a result already paid for: retry for as long as the lease allows.
-    async fn with_store_retries_until<'a, R>(
-        &self,
-        cutoff: SystemTime,
-        op: impl FnMut() -> crate::store::BoxFuture<'a, Result<R, Error>>,
-    ) -> Result<R, Error> {
-        self.retry(cutoff, u32::MAX, op).await
-    }
-
+    /// Runs one store request up to `max_attempts` times on retryable errors, with
+    /// backoff. Every attempt is cut off after the attempt timeout or at `cutoff`,
+    /// whichever comes first (a timed-out attempt is a retryable error: it may have been
+    /// applied, which the store's own-token conditions make safe to repeat), and no
+    /// retry starts past `cutoff`. The engine is the only retrier: it knows the deadline.
     async fn retry<'a, R>(
         &self,
         cutoff: SystemTime,
@@ -578,10 +629,25 @@ impl Idempotency {
         let mut backoff = config::BASE_BACKOFF;
         let mut attempt = 1;
         loop {
-            match op().await {
+            let left = clock::until(self.now(), cutoff);
+            let timeout = self
+                .inner
+                .config
+                .store_attempt_timeout
+                .min(left)
+                .max(MIN_ATTEMPT_TIMEOUT);
+            let result = match tokio::time::timeout(timeout, op()).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::store(
+                    self.inner.store.name(),
+                    true,
+                    format!("no answer within {timeout:?}; the request may have been applied"),
+                )),
+            };
+            match result {
                 Err(err) if err.is_store_retryable() && attempt < max_attempts => {
                     let sleep = jitter(backoff);
-                    if SystemTime::now() + sleep >= cutoff {
+                    if clock::add(self.now(), sleep) >= cutoff {
                         return Err(err);
                     }
                     warn!(error = %err, attempt, "store request failed; retrying");
@@ -613,12 +679,24 @@ enum Claimed<T> {
     Cached(T),
 }
 
-fn completion_cutoff(claim: &Claim) -> SystemTime {
-    let lease = claim
-        .lease_until
-        .duration_since(claim.now)
-        .unwrap_or_default();
+/// When store requests for `claim` stop: shortly before its lease ends, leaving the
+/// handler time to answer Lambda before the invocation's deadline.
+fn store_cutoff(claim: &Claim) -> SystemTime {
+    let lease = clock::until(claim.now, claim.lease_until);
     claim.lease_until - config::COMPLETION_MARGIN.min(lease / 10)
+}
+
+/// Refuses a name holding a separator of the stored id, which would let two different
+/// operations share ids.
+fn check_name(what: &'static str, name: &str, forbidden: &[char]) -> Result<(), Error> {
+    match name.chars().find(|c| forbidden.contains(c)) {
+        Some(c) => Err(Error::InvalidName {
+            what,
+            name: name.to_owned(),
+            reason: format!("it contains {c:?}, which separates the parts of a stored id"),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn check_validation(id: &str, stored: Option<&str>, ours: Option<&str>) -> Result<(), Error> {

@@ -40,6 +40,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A function name, operation name or key prefix holds a character that separates the
+    /// parts of a stored id, so two different operations could share ids.
+    InvalidName {
+        /// Which name: `"function name"`, `"operation name"` or `"key prefix"`.
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// An SQS message body is missing or does not parse as the handler's input. It will not
     /// parse on redelivery either: let it reach the dead-letter queue.
     InvalidBody {
@@ -156,6 +166,10 @@ impl fmt::Display for Error {
                 "the payload has no idempotency key at {field}; refusing to process it without one"
             ),
             Error::InvalidKey { reason } => write!(f, "cannot derive an idempotency key: {reason}"),
+            Error::InvalidName { what, name, reason } => write!(
+                f,
+                "invalid idempotency {what} {name:?}: {reason}; choose another name"
+            ),
             Error::InvalidBody { message_id, reason } => {
                 write!(f, "message {message_id} has an invalid body: {reason}")
             }

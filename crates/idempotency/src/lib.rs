@@ -47,6 +47,7 @@ struct ReadmeDoctests;
 mod batch;
 mod cache;
 pub mod canonical;
+mod clock;
 mod config;
 mod engine;
 mod error;
@@ -57,13 +58,14 @@ mod record;
 pub mod store;
 
 pub use batch::{
-    BatchError, BatchReport, DEFAULT_MAX_CONCURRENCY, FailureKind, RecordFailure, RecordReport,
-    SqsBatch, json_body,
+    BatchError, BatchReport, DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_CONCURRENCY, FailureKind,
+    RecordFailure, RecordReport, SqsBatch, json_body,
 };
+pub use clock::{Clock, SystemClock, TestClock};
 pub use config::{
     BASE_BACKOFF, COMPLETION_MARGIN, Config, DEFAULT_EXPIRES_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_CLAIM_ATTEMPTS, DEFAULT_MAX_STORE_ATTEMPTS, DISABLED_ENV, MAX_BACKOFF, MIN_LEASE,
-    expiry_for_queue,
+    DEFAULT_MAX_CLAIM_ATTEMPTS, DEFAULT_MAX_STORE_ATTEMPTS, DEFAULT_STORE_ATTEMPT_TIMEOUT,
+    DISABLED_ENV, MAX_BACKOFF, MIN_LEASE, expiry_for_queue,
 };
 pub use engine::{Idempotency, IdempotencyBuilder, Operation, Outcome};
 pub use error::{BoxError, Error, ExecuteError};
@@ -77,5 +79,5 @@ pub use record::{
 };
 #[cfg(feature = "dynamodb")]
 pub use store::dynamodb::{AttributeNames, DynamoDbStore};
-pub use store::memory::{MemoryStore, StoreOp};
-pub use store::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+pub use store::memory::MemoryStore;
+pub use store::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp};

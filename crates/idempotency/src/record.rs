@@ -70,17 +70,31 @@ pub struct Record {
 }
 
 impl Record {
-    /// Whether the record no longer counts at `now` (expired, or in progress with a
-    /// passed lease): a claim may take it over. An in-progress record without a lease
-    /// (Powertools writes those outside Lambda) is held until it expires.
+    /// Whether the record no longer counts at `now`: a claim may take it over.
+    ///
+    /// - in progress with a lease that ended before `now` (by milliseconds): yes;
+    /// - expired (`expiration` before `now`, by whole seconds): yes, **unless** it is in
+    ///   progress with a live lease. An expiry never ends a live lease, even one written
+    ///   by another library with an expiry shorter than its call;
+    /// - an in-progress record without a lease (Powertools writes those outside Lambda) is
+    ///   held until it expires.
     pub fn is_claimable_at(&self, now: SystemTime) -> bool {
-        if epoch_secs(self.expiration) < epoch_secs(now) {
-            return true;
+        let lease_live = self
+            .in_progress_expiration
+            .is_some_and(|lease| epoch_millis(lease) >= epoch_millis(now));
+        if self.status == Status::InProgress && self.in_progress_expiration.is_some() {
+            return !lease_live;
         }
-        self.status == Status::InProgress
-            && self
-                .in_progress_expiration
-                .is_some_and(|lease| epoch_millis(lease) < epoch_millis(now))
+        epoch_secs(self.expiration) < epoch_secs(now)
+    }
+
+    /// Whether `claim` may replace this record: it no longer counts at the claim's time,
+    /// or it is the claim's own in-progress record, written by an earlier attempt of the
+    /// same claim whose answer was lost.
+    pub fn is_claimable_by(&self, claim: &Claim) -> bool {
+        self.is_claimable_at(claim.now)
+            || (self.status == Status::InProgress
+                && self.lease_token.as_deref() == Some(claim.lease_token.as_str()))
     }
 }
 
@@ -172,5 +186,47 @@ mod tests {
             "no lease: held until expiry"
         );
         assert!(record(Status::InProgress, 999, None).is_claimable_at(now));
+    }
+
+    #[test]
+    fn an_expiry_never_ends_a_live_lease() {
+        let now = from_epoch_millis(1_000_500);
+        // Expired by seconds, lease still live: held.
+        assert!(!record(Status::InProgress, 999, Some(1_000_500)).is_claimable_at(now));
+        assert!(!record(Status::InProgress, 10, Some(2_000_000)).is_claimable_at(now));
+        // Expired and the lease ended: free.
+        assert!(record(Status::InProgress, 999, Some(1_000_499)).is_claimable_at(now));
+        // Expiry boundary by whole seconds: 1000 is not before 1000.5 in seconds.
+        assert!(!record(Status::Completed, 1_000, None).is_claimable_at(now));
+        assert!(record(Status::Completed, 999, None).is_claimable_at(now));
+    }
+
+    #[test]
+    fn a_claim_recognises_its_own_in_progress_record() {
+        let now = from_epoch_millis(1_000_500);
+        let claim = Claim {
+            id: "k".into(),
+            now,
+            expiration: from_epoch_secs(2_000),
+            lease_until: from_epoch_millis(1_030_500),
+            lease_token: "mine".into(),
+            validation: None,
+        };
+        let mut own = claim.to_record();
+        assert!(
+            own.is_claimable_by(&claim),
+            "a retried claim finds its own record"
+        );
+        own.lease_token = Some("theirs".into());
+        assert!(
+            !own.is_claimable_by(&claim),
+            "another worker's live lease holds"
+        );
+        let mut done = claim.to_record();
+        done.status = Status::Completed;
+        assert!(
+            !done.is_claimable_by(&claim),
+            "a late retry never reopens its own completed record"
+        );
     }
 }

@@ -17,6 +17,16 @@ async fn memory_store_passes_the_conformance_suite() {
     conformance::run_all(&store, async |op| faults.inject_failures(op, 1)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_runs_once_under_every_store_fault() {
+    conformance::engine_under_faults(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn memory_store_keeps_leases_through_the_engine() {
+    conformance::engine_keeps_leases(MemoryStore::new()).await;
+}
+
 fn op() -> Operation {
     Operation::new("generate", KeyStrategy::field("request_id")).validate(["prompt"])
 }

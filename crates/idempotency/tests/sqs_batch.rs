@@ -283,17 +283,23 @@ async fn every_records_lease_ends_with_the_invocation() {
     let mut context = Context::default();
     context.deadline = lambda_idempotency::epoch_millis(std::time::SystemTime::now()) + 30_000;
     let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-mixed.json")).unwrap();
+    // Leases seen while each function ran, checked outside the batch: an assertion inside
+    // a handler would only turn into a caught panic.
+    let leases = std::sync::Mutex::new(Vec::new());
     SqsBatch::new()
         .run_json(
             LambdaEvent::new(payload, context.clone()),
             |body: Value, _| {
-                let (idempotency, op, store) = (&idempotency, &op, &store);
+                let (idempotency, op, store, leases) = (&idempotency, &op, &store, &leases);
                 async move {
                     idempotency
                         .run(op, &body, || async {
                             let id = format!("fn.job#{}", body["id"].as_str().unwrap());
-                            let lease = store.record(&id).unwrap().in_progress_expiration.unwrap();
-                            assert_eq!(lambda_idempotency::epoch_millis(lease), context.deadline);
+                            let lease = store.record(&id).and_then(|r| r.in_progress_expiration);
+                            leases
+                                .lock()
+                                .unwrap()
+                                .push(lease.map(lambda_idempotency::epoch_millis));
                             Ok::<_, lambda_runtime::Error>(())
                         })
                         .await
@@ -302,5 +308,76 @@ async fn every_records_lease_ends_with_the_invocation() {
         )
         .await
         .unwrap();
+    let leases = leases.into_inner().unwrap();
+    assert_eq!(leases.len(), 3, "three records ran: {leases:?}");
+    assert!(
+        leases.iter().all(|l| *l == Some(context.deadline)),
+        "every lease is the deadline {}: {leases:?}",
+        context.deadline
+    );
     assert_eq!(store.len(), 3);
+}
+
+#[tokio::test]
+async fn a_stuck_record_is_reported_unfinished_before_the_deadline_and_the_rest_answer() {
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let mut context = Context::default();
+    let start = std::time::SystemTime::now();
+    context.deadline = lambda_idempotency::epoch_millis(start) + 1_500;
+    let payload: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "stuck", "body": "{\"id\": \"a\", \"action\": \"hang\"}"},
+        {"messageId": "quick", "body": "{\"id\": \"b\", \"action\": \"ok\"}"},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .deadline_margin(Duration::from_millis(500))
+        .report_json(LambdaEvent::new(payload, context), |job: Job, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                let body = json!({"id": job.id});
+                idempotency
+                    .run(op, &body, || async {
+                        if job.action == "hang" {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, lambda_runtime::Error>(job.action.clone())
+                    })
+                    .await
+            }
+        })
+        .await;
+    let elapsed = start.elapsed().unwrap();
+    assert!(
+        elapsed < Duration::from_millis(1_500),
+        "answered before the deadline, after {elapsed:?}"
+    );
+    let kinds: Vec<_> = report
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.message_id.clone().unwrap(),
+                r.result.as_ref().map_err(|f| f.kind).cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("stuck".to_string(), Err(FailureKind::Unfinished)),
+            ("quick".to_string(), Ok("ok".to_string())),
+        ]
+    );
+    // The stuck record's claim stays, as after a crash, until its lease (the deadline) ends.
+    let stuck = store.record("fn.job#a").expect("the stuck claim stays");
+    assert_eq!(stuck.status, lambda_idempotency::Status::InProgress);
+    let response = report.into_response(false).unwrap();
+    assert_eq!(
+        serde_json::to_value(&response).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": "stuck"}]})
+    );
 }

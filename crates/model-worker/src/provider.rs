@@ -10,6 +10,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// The provider call ends this long before the invocation's deadline, leaving time to
+/// release the claim and answer Lambda.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
 /// Largest error body kept in a [`ProviderError`].
 const ERROR_BODY_PREVIEW: usize = 512;
@@ -29,6 +34,8 @@ pub enum ProviderError {
     },
     /// The provider answered 2xx with a body that is not JSON.
     InvalidResponse(String),
+    /// No answer before the invocation's deadline (less [`DEADLINE_MARGIN`]).
+    Timeout(Duration),
 }
 
 impl fmt::Display for ProviderError {
@@ -41,6 +48,10 @@ impl fmt::Display for ProviderError {
             ProviderError::InvalidResponse(e) => {
                 write!(f, "model provider answered with invalid JSON: {e}")
             }
+            ProviderError::Timeout(after) => write!(
+                f,
+                "model provider did not answer within {after:?}, before the invocation's deadline"
+            ),
         }
     }
 }
@@ -70,9 +81,27 @@ impl ModelClient {
         })
     }
 
-    /// Asks for one completion. No retry: each retry of a request whose answer was lost
-    /// can be another billed generation.
-    pub async fn complete(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+    /// Asks for one completion, giving up [`DEADLINE_MARGIN`] before `deadline` (the
+    /// invocation's). No retry: each retry of a request whose answer was lost can be
+    /// another billed generation.
+    pub async fn complete(
+        &self,
+        request: &ChatRequest,
+        deadline: Option<SystemTime>,
+    ) -> Result<Value, ProviderError> {
+        let Some(deadline) = deadline else {
+            return self.complete_unbounded(request).await;
+        };
+        let left = deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .saturating_sub(DEADLINE_MARGIN);
+        tokio::time::timeout(left, self.complete_unbounded(request))
+            .await
+            .map_err(|_| ProviderError::Timeout(left))?
+    }
+
+    async fn complete_unbounded(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
         let mut body = json!({"model": request.model, "messages": request.messages});
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);

@@ -104,6 +104,7 @@ impl Worker {
     )]
     async fn complete(&self, request: ChatRequest, called: &AtomicBool) -> Result<Value, Error> {
         called.store(true, Ordering::SeqCst);
-        Ok(self.model.complete(&request).await?)
+        let deadline = lambda_idempotency::current_deadline();
+        Ok(self.model.complete(&request, deadline).await?)
     }
 }

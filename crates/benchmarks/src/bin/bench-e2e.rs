@@ -40,7 +40,7 @@ async fn main() {
         async move {
             let request: ChatRequest = serde_json::from_value(body.clone()).unwrap();
             idem.execute(&op, &body, None, || async {
-                model.complete(&request).await
+                model.complete(&request, None).await
             })
             .await
             .map(|(_, outcome)| outcome)
@@ -120,7 +120,7 @@ async fn main() {
                         async move {
                             let request: ChatRequest = serde_json::from_value(body.clone())?;
                             idem.execute(op, &body, None, || async {
-                                model.complete(&request).await
+                                model.complete(&request, None).await
                             })
                             .await
                             .map(|_| ())

@@ -32,7 +32,7 @@ async fn main() -> Result<(), Error> {
                         .item("status", AttributeValue::S("INPROGRESS".into()))
                         .send()
                         .await?;
-                    let answer = model.complete(&request).await?;
+                    let answer = model.complete(&request, None).await?;
                     client
                         .update_item()
                         .table_name(table)

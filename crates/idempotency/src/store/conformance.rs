@@ -14,12 +14,13 @@
 //! # }
 //! ```
 
-use super::memory::StoreOp;
-use super::{ClaimOutcome, IdempotencyStore};
+use super::faulty::{Fault, FaultyStore};
+use super::{ClaimOutcome, IdempotencyStore, StoreOp};
+use crate::clock::TestClock;
 use crate::engine::{Idempotency, Operation, Outcome};
 use crate::error::{Error, ExecuteError};
 use crate::key::KeyStrategy;
-use crate::record::{Claim, Status};
+use crate::record::{Claim, Status, epoch_secs};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -37,6 +38,10 @@ where
     expired_record(store).await;
     release_frees_the_key(store).await;
     fencing(store).await;
+    claim_boundaries(store).await;
+    expiry_never_ends_a_live_lease(store).await;
+    retried_claim_finds_its_own_record(store).await;
+    completion_is_repeatable_and_never_upserts(store).await;
     concurrent_claims_have_one_winner(store, 16).await;
     payload_mismatch(store.clone()).await;
     engine_replays_without_running(store.clone()).await;
@@ -44,7 +49,12 @@ where
 }
 
 fn unique(name: &str) -> String {
-    format!("conformance.{name}#{:016x}", fastrand::u64(..))
+    format!("conformance.{}#{:016x}", op_name(name), fastrand::u64(..))
+}
+
+/// A unique operation name (no `#`: it ends the stored id's prefix).
+fn op_name(name: &str) -> String {
+    format!("conformance-{name}-{:016x}", fastrand::u64(..))
 }
 
 fn claim_at(id: &str, now: SystemTime, lease: Duration, token: &str) -> Claim {
@@ -301,6 +311,185 @@ pub async fn fencing(store: &dyn IdempotencyStore) {
     assert!(matches!(gone, Err(Error::LeaseLost { .. })), "got {gone:?}");
 }
 
+/// The claim's time boundaries: a lease that ends at `now` still holds (it ends *before*
+/// a later millisecond), an expiration in `now`'s second still holds.
+pub async fn claim_boundaries(store: &dyn IdempotencyStore) {
+    let now = now_ms();
+    // Lease: held at its last millisecond, free one millisecond later.
+    let id = unique("lease_boundary");
+    store
+        .claim(&claim_at(&id, now, Duration::from_secs(5), "t1"))
+        .await
+        .unwrap();
+    let lease_end = now + Duration::from_secs(5);
+    let at_end = store
+        .claim(&claim_at(&id, lease_end, Duration::from_secs(5), "t2"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(at_end, ClaimOutcome::Exists(_)),
+        "a lease is live at its own end millisecond, got {at_end:?}"
+    );
+    let after = store
+        .claim(&claim_at(
+            &id,
+            lease_end + Duration::from_millis(1),
+            Duration::from_secs(5),
+            "t3",
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(after, ClaimOutcome::Claimed { .. }),
+        "a lease is over one millisecond after its end, got {after:?}"
+    );
+
+    // Expiry: held through its second, free from the next one.
+    let id = unique("expiry_boundary");
+    let second = crate::record::from_epoch_secs(crate::record::epoch_secs(now));
+    store
+        .claim(&claim_at(&id, now, Duration::from_secs(1), "t1"))
+        .await
+        .unwrap();
+    store
+        .complete(&id, "t1", Some("1"), second + Duration::from_secs(10))
+        .await
+        .unwrap();
+    let last_ms = second + Duration::from_millis(10_999);
+    let held = store
+        .claim(&claim_at(&id, last_ms, Duration::from_secs(5), "t2"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(held, ClaimOutcome::Exists(_)),
+        "a record counts through its expiration second, got {held:?}"
+    );
+    let next = store
+        .claim(&claim_at(
+            &id,
+            second + Duration::from_secs(11),
+            Duration::from_secs(5),
+            "t3",
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, ClaimOutcome::Claimed { .. }),
+        "a record is expired from the second after its expiration, got {next:?}"
+    );
+}
+
+/// A record whose `expiration` has passed while its lease is live is held: an expiry
+/// shorter than a call must not let a duplicate run the call a second time.
+pub async fn expiry_never_ends_a_live_lease(store: &dyn IdempotencyStore) {
+    let id = unique("short_expiry");
+    let now = now_ms();
+    let mut claim = claim_at(&id, now, Duration::from_secs(300), "t1");
+    // As another library (or an old version) would write it: expiry before the lease end.
+    claim.expiration = now + Duration::from_secs(60);
+    store.claim(&claim).await.unwrap();
+    let later = store
+        .claim(&claim_at(
+            &id,
+            now + Duration::from_secs(120),
+            Duration::from_secs(300),
+            "t2",
+        ))
+        .await
+        .unwrap();
+    match later {
+        ClaimOutcome::Exists(r) => assert_eq!(r.lease_token.as_deref(), Some("t1")),
+        other => panic!("an expired record with a live lease must hold, got {other:?}"),
+    }
+    let after_lease = store
+        .claim(&claim_at(
+            &id,
+            now + Duration::from_secs(301),
+            Duration::from_secs(30),
+            "t3",
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(after_lease, ClaimOutcome::Claimed { .. }),
+        "once the lease has ended too, the record is free, got {after_lease:?}"
+    );
+}
+
+/// A claim repeated with the same token (its first answer was lost) succeeds on its own
+/// in-progress record, and says so through `previous`; it never reopens the record once
+/// completed, and never takes another worker's live lease.
+pub async fn retried_claim_finds_its_own_record(store: &dyn IdempotencyStore) {
+    let id = unique("own_claim");
+    let now = now_ms();
+    let claim = claim_at(&id, now, Duration::from_secs(30), "mine");
+    store.claim(&claim).await.unwrap();
+    let retried = store.claim(&claim).await.expect("the retried claim");
+    match retried {
+        ClaimOutcome::Claimed { previous } => {
+            if let Some(previous) = previous {
+                assert_eq!(previous.lease_token.as_deref(), Some("mine"));
+            }
+        }
+        other => panic!("a retried claim must find its own record, got {other:?}"),
+    }
+    let other = store
+        .claim(&claim_at(&id, now, Duration::from_secs(30), "theirs"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(other, ClaimOutcome::Exists(_)),
+        "another token is refused, got {other:?}"
+    );
+    store
+        .complete(&id, "mine", Some("\"done\""), now + Duration::from_secs(60))
+        .await
+        .unwrap();
+    let late = store.claim(&claim).await.unwrap();
+    assert!(
+        matches!(&late, ClaimOutcome::Exists(r) if r.status == Status::Completed),
+        "a late retry of the claim must not reopen its completed record, got {late:?}"
+    );
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.data.as_deref(), Some("\"done\""));
+}
+
+/// A completion repeated after its answer was lost succeeds again; a completion or
+/// release for a key that holds no record fails with `LeaseLost` and creates nothing.
+pub async fn completion_is_repeatable_and_never_upserts(store: &dyn IdempotencyStore) {
+    let id = unique("repeat_complete");
+    let now = now_ms();
+    store
+        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        store
+            .complete(&id, "t1", Some("7"), now + Duration::from_secs(60))
+            .await
+            .expect("a repeated completion succeeds");
+    }
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.data.as_deref()),
+        (Status::Completed, Some("7"))
+    );
+
+    let missing = unique("never_claimed");
+    let complete = store
+        .complete(&missing, "t1", Some("7"), now + Duration::from_secs(60))
+        .await;
+    assert!(
+        matches!(complete, Err(Error::LeaseLost { .. })),
+        "completing a missing record is LeaseLost, got {complete:?}"
+    );
+    assert!(
+        store.get(&missing).await.unwrap().is_none(),
+        "completing a missing record must not create it"
+    );
+}
+
 /// Many concurrent claimers on one key: exactly one wins.
 pub async fn concurrent_claims_have_one_winner(store: &dyn IdempotencyStore, claimers: usize) {
     for round in 0..3 {
@@ -329,7 +518,7 @@ pub async fn concurrent_claims_have_one_winner(store: &dyn IdempotencyStore, cla
 /// call's result is not returned.
 pub async fn payload_mismatch<S: IdempotencyStore + 'static>(store: S) {
     let idempotency = Idempotency::new(store);
-    let op = Operation::new(unique("mismatch"), KeyStrategy::field("id")).validate(["prompt"]);
+    let op = Operation::new(op_name("mismatch"), KeyStrategy::field("id")).validate(["prompt"]);
     let first = json!({"id": "k", "prompt": "a"});
     let (v, _) = idempotency
         .execute(&op, &first, None, || async {
@@ -356,7 +545,7 @@ pub async fn payload_mismatch<S: IdempotencyStore + 'static>(store: S) {
 /// Through the engine: a duplicate returns the stored result without running the function.
 pub async fn engine_replays_without_running<S: IdempotencyStore + 'static>(store: S) {
     let idempotency = Idempotency::new(store);
-    let op = Operation::new(unique("replay"), KeyStrategy::field("id"));
+    let op = Operation::new(op_name("replay"), KeyStrategy::field("id"));
     let payload = json!({"id": "k"});
     let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     for expected in [Outcome::Executed, Outcome::Replayed] {
@@ -424,4 +613,272 @@ pub async fn store_errors_surface(
         (record.status, record.lease_token.as_deref()),
         (Status::InProgress, Some("t1"))
     );
+}
+
+/// The engine over `store` under every fault between the store and its caller, each
+/// injected by a [`FaultyStore`] around it: the function runs once, the record ends as it
+/// should, and the request counts are exact.
+///
+/// Uses real time with a short attempt timeout: a few seconds in all.
+pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S) {
+    let faulty = FaultyStore::new(store);
+    let idempotency = Idempotency::builder(faulty.clone())
+        .store_attempt_timeout(FAULT_ATTEMPT_TIMEOUT)
+        .lease(Duration::from_secs(30))
+        .build();
+    let op = Operation::new(op_name("faults"), KeyStrategy::field("id"));
+    let case = async |name: &str, fault: Option<(StoreOp, Fault)>| {
+        faulty.clear_faults();
+        faulty.reset_requests();
+        if let Some((at, fault)) = fault {
+            faulty.inject(at, fault, 1);
+        }
+        let payload = json!({"id": format!("{name}-{:016x}", fastrand::u64(..))});
+        let id = idempotency.idempotency_id(&op, &payload).unwrap();
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let result = idempotency
+            .execute(&op, &payload, None, || async {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, Error>(format!("answer for {name}"))
+            })
+            .await;
+        let calls = calls.load(std::sync::atomic::Ordering::SeqCst);
+        (id, result, calls)
+    };
+
+    // The claim was applied, its answer lost: the retry finds its own record and runs.
+    let (id, result, calls) = case(
+        "claim_answer_lost",
+        Some((StoreOp::Claim, Fault::AnswerLost)),
+    )
+    .await;
+    let (_, outcome) = result.expect("a lost claim answer is recovered");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "claim answer lost"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Claim),
+        2,
+        "claim answer lost: two claims"
+    );
+    assert_completed(faulty.inner(), &id, "claim answer lost").await;
+
+    // The claim hangs: cut off at the attempt timeout, retried, run once.
+    let (id, result, calls) = case("claim_hang", Some((StoreOp::Claim, Fault::Hang))).await;
+    let (_, outcome) = result.expect("a hung claim is retried");
+    assert_eq!((outcome, calls), (Outcome::Executed, 1), "claim hang");
+    assert_eq!(faulty.requests(StoreOp::Claim), 2, "claim hang: two claims");
+    assert_completed(faulty.inner(), &id, "claim hang").await;
+
+    // The claim is applied late, after the retry won and the result was stored: the late
+    // write must not reopen the completed record.
+    let late = FAULT_ATTEMPT_TIMEOUT * 3;
+    let (id, result, calls) =
+        case("claim_late", Some((StoreOp::Claim, Fault::LateApply(late)))).await;
+    let (_, outcome) = result.expect("a late claim is retried");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "claim applied late"
+    );
+    tokio::time::sleep(late + FAULT_ATTEMPT_TIMEOUT).await;
+    assert_completed(faulty.inner(), &id, "claim applied late").await;
+
+    // The completion was applied, its answer lost: the retry succeeds, nothing runs twice.
+    let (id, result, calls) = case(
+        "complete_answer_lost",
+        Some((StoreOp::Complete, Fault::AnswerLost)),
+    )
+    .await;
+    let (_, outcome) = result.expect("a lost completion answer is recovered");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "complete answer lost"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Complete),
+        2,
+        "complete answer lost: two completions"
+    );
+    assert_completed(faulty.inner(), &id, "complete answer lost").await;
+
+    // The completion hangs: cut off and retried.
+    let (id, result, calls) = case("complete_hang", Some((StoreOp::Complete, Fault::Hang))).await;
+    let (_, outcome) = result.expect("a hung completion is retried");
+    assert_eq!((outcome, calls), (Outcome::Executed, 1), "complete hang");
+    assert_completed(faulty.inner(), &id, "complete hang").await;
+
+    // A store that refuses the claim outright: one request, a non-retryable error, no run.
+    let (id, result, calls) = case("claim_rejected", Some((StoreOp::Claim, Fault::Rejected))).await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: false,
+                ..
+            }))
+        ),
+        "a rejected claim is a non-retryable store error, got {result:?}"
+    );
+    assert_eq!(
+        (calls, faulty.requests(StoreOp::Claim)),
+        (0, 1),
+        "claim rejected"
+    );
+    assert!(
+        faulty.inner().get(&id).await.unwrap().is_none(),
+        "claim rejected: no record"
+    );
+
+    // Throttled on every attempt: exactly the configured attempts, then the error.
+    faulty.clear_faults();
+    faulty.reset_requests();
+    faulty.inject(StoreOp::Claim, Fault::Unavailable, 10);
+    let payload = json!({"id": format!("throttled-{:016x}", fastrand::u64(..))});
+    let result = idempotency
+        .execute(&op, &payload, None, || async {
+            Ok::<_, Error>(String::new())
+        })
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: true,
+                ..
+            }))
+        ),
+        "persistent throttling surfaces as a retryable store error, got {result:?}"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Claim),
+        u64::from(crate::config::DEFAULT_MAX_STORE_ATTEMPTS),
+        "the engine makes exactly its configured attempts"
+    );
+    faulty.clear_faults();
+}
+
+/// Attempt timeout of [`engine_under_faults`]: long enough for a real server's answer.
+const FAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn assert_completed(store: &dyn IdempotencyStore, id: &str, case: &str) {
+    let record = store
+        .get(id)
+        .await
+        .expect("get")
+        .unwrap_or_else(|| panic!("{case}: the record is gone"));
+    assert_eq!(record.status, Status::Completed, "{case}: {record:?}");
+    assert!(record.data.is_some(), "{case}: the result is stored");
+}
+
+/// The engine over `store`: an expiry shorter than the call never lets a duplicate run
+/// while the first call's lease is live; huge settings never panic; names that would
+/// make two operations share ids are refused.
+pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S) {
+    // An expiry of a minute, a call of five: the duplicate after two minutes is refused.
+    let clock = TestClock::new(SystemTime::now());
+    let idempotency = Idempotency::builder(store.clone())
+        .expires_after(Duration::from_secs(60))
+        .lease(Duration::from_secs(300))
+        .clock(clock.clone())
+        .build();
+    let op = Operation::new(op_name("short_expiry"), KeyStrategy::field("id"));
+    let payload = json!({"id": "k"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = idempotency.execute(&op, &payload, None, || async move {
+        let _ = started_tx.send(());
+        let _ = finish_rx.await;
+        Ok::<_, Error>("first".to_string())
+    });
+    let second = async {
+        started_rx.await.expect("the first call started");
+        clock.advance(Duration::from_secs(120));
+        let second = idempotency
+            .execute(&op, &payload, None, || async {
+                Ok::<_, Error>("second".to_string())
+            })
+            .await;
+        let id = idempotency.idempotency_id(&op, &payload).unwrap();
+        let claimed = store.get(&id).await.unwrap().expect("the claim");
+        let _ = finish_tx.send(());
+        (second, claimed)
+    };
+    let (first, (second, claimed)) = tokio::join!(first, second);
+    let lease_end = claimed.in_progress_expiration.expect("a lease");
+    assert!(
+        epoch_secs(claimed.expiration) >= epoch_secs(lease_end),
+        "the claim's expiration {:?} is at least its lease end {lease_end:?}",
+        claimed.expiration
+    );
+    assert!(
+        matches!(
+            second,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "a duplicate after the expiry but within the lease must be refused, got {second:?}"
+    );
+    let (value, _) = first.expect("the first call completes");
+    assert_eq!(value, "first");
+
+    // Huge settings are capped, not a panic on every call.
+    let idempotency = Idempotency::builder(store.clone())
+        .expires_after(Duration::MAX)
+        .lease(Duration::MAX)
+        .build();
+    let op = Operation::new(op_name("huge"), KeyStrategy::field("id"));
+    let (value, outcome) = idempotency
+        .execute(&op, &payload, None, || async { Ok::<_, Error>(1u8) })
+        .await
+        .expect("Duration::MAX settings work");
+    assert_eq!((value, outcome), (1, Outcome::Executed));
+
+    // Separators in names are refused: `charge#eu` + `42` would be `charge` + `eu#42`.
+    let idempotency = Idempotency::new(store.clone());
+    for (op, what) in [
+        (
+            Operation::new("charge#eu", KeyStrategy::field("id")),
+            "operation name",
+        ),
+        (
+            Operation::new("charge", KeyStrategy::field("id")).key_prefix("a#b"),
+            "key prefix",
+        ),
+    ] {
+        let result = idempotency
+            .execute(&op, &payload, None, || async {
+                Ok::<_, Error>(unreachable_body())
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(ExecuteError::Idempotency(Error::InvalidName { what: w, .. })) if *w == what),
+            "{what} with '#' must be refused, got {result:?}"
+        );
+    }
+    let dotted = Idempotency::builder(store).function_name("my.fn").build();
+    let result = dotted
+        .execute(
+            &Operation::new("op", KeyStrategy::field("id")),
+            &payload,
+            None,
+            || async { Ok::<_, Error>(unreachable_body()) },
+        )
+        .await;
+    assert!(
+        matches!(
+            &result,
+            Err(ExecuteError::Idempotency(Error::InvalidName {
+                what: "function name",
+                ..
+            }))
+        ),
+        "a function name with '.' must be refused, got {result:?}"
+    );
+}
+
+fn unreachable_body() -> u8 {
+    panic!("the function must not run when its name is refused")
 }

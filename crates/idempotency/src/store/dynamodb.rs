@@ -7,15 +7,22 @@
 //!
 //! # Protocol
 //! 1. **Claim**: one `PutItem` of an `INPROGRESS` item with a fresh lease token, conditioned
-//!    on `attribute_not_exists(id) OR expiration < :now_s OR (status = INPROGRESS AND
-//!    in_progress_expiration < :now_ms)`, with `ReturnValuesOnConditionCheckFailure =
-//!    ALL_OLD`, so a duplicate learns the live record from the same request. Only if a
-//!    conflict comes back without the item does the store make one consistent `GetItem`.
+//!    on [`CLAIM_CONDITION`]: the key is free, or its lease ended, or it expired without a
+//!    live lease, or it is this claim's own in-progress record (an earlier attempt was
+//!    applied and its answer lost). `ReturnValuesOnConditionCheckFailure = ALL_OLD` lets a
+//!    duplicate learn the live record from the same request. Only if a conflict comes back
+//!    without the item does the store make one consistent `GetItem`.
 //! 2. **Complete**: one `UpdateItem` to `COMPLETED` with the result, conditioned on the
 //!    lease token.
 //! 3. **Release**: one `DeleteItem`, conditioned on the lease token.
 //!
 //! A first delivery costs two requests; a duplicate costs one.
+//!
+//! # Retries and timeouts
+//! The engine owns retries: it knows the lease and the invocation's deadline. Give this
+//! store a client with the SDK's retries off and attempt timeouts set, as
+//! [`DynamoDbStore::from_env`] does ([`client_config`]); otherwise the SDK's own retries
+//! multiply the engine's (up to nine `PutItem`s per claim under throttling).
 //!
 //! # IAM
 //! `dynamodb:GetItem`, `PutItem`, `UpdateItem`, `DeleteItem` on the table.
@@ -41,6 +48,28 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 const BACKEND: &str = "dynamodb";
+
+/// The claim's condition. `#ipe < :now_ms` is false when the attribute is absent, so an
+/// in-progress record without a lease is held until it expires.
+pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
+    OR (#status = :inprogress AND #ipe < :now_ms) \
+    OR (#status = :inprogress AND #tok = :tok) \
+    OR (#exp < :now_s AND NOT (#status = :inprogress AND attribute_exists(#ipe)))";
+
+/// The SDK client settings this store expects: no SDK retries (the engine retries within
+/// the lease) and bounded connects and attempts (a stalled request must not hold the
+/// invocation until Lambda kills it).
+pub fn client_config(loader: aws_config::ConfigLoader) -> aws_config::ConfigLoader {
+    use aws_config::retry::RetryConfig;
+    use aws_config::timeout::TimeoutConfig;
+    use std::time::Duration;
+    loader.retry_config(RetryConfig::disabled()).timeout_config(
+        TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .operation_attempt_timeout(crate::config::DEFAULT_STORE_ATTEMPT_TIMEOUT)
+            .build(),
+    )
+}
 
 /// The attribute names of the record, Powertools' by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,9 +133,20 @@ impl DynamoDbStore {
     }
 
     /// A store on `table` with a client configured from the environment (region,
-    /// credentials, `AWS_ENDPOINT_URL`), as `aws_config::load_defaults` does.
+    /// credentials, `AWS_ENDPOINT_URL`), as `aws_config::load_defaults` does, with the
+    /// SDK's retries off and attempt timeouts set ([`client_config`]): the engine retries.
     pub async fn from_env(table: impl Into<String>) -> Self {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::from_loader(
+            aws_config::defaults(aws_config::BehaviorVersion::latest()),
+            table,
+        )
+        .await
+    }
+
+    /// Like [`from_env`](Self::from_env), from a loader you set up (a profile, a region,
+    /// an endpoint): [`client_config`] is applied on top.
+    pub async fn from_loader(loader: aws_config::ConfigLoader, table: impl Into<String>) -> Self {
+        let config = client_config(loader).load().await;
         Self::new(Client::new(&config), table)
     }
 
@@ -129,15 +169,15 @@ impl DynamoDbStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(
-                "attribute_not_exists(#id) OR #exp < :now_s OR (#status = :inprogress AND #ipe < :now_ms)",
-            )
+            .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#id", &n.id)
+            .expression_attribute_names("#tok", &n.lease_token)
             .expression_attribute_names("#exp", &n.expiration)
             .expression_attribute_names("#status", &n.status)
             .expression_attribute_names("#ipe", &n.in_progress_expiration)
             .expression_attribute_values(":now_s", secs(claim.now))
             .expression_attribute_values(":now_ms", millis(claim.now))
+            .expression_attribute_values(":tok", AttributeValue::S(claim.lease_token.clone()))
             .expression_attribute_values(
                 ":inprogress",
                 AttributeValue::S(Status::InProgress.as_str().into()),
@@ -148,9 +188,17 @@ impl DynamoDbStore {
             .send()
             .await;
         match result {
+            // The claim is written: an old item we cannot read (a foreign item in a shared
+            // table) must not turn it into an error that holds the key until the lease ends.
             Ok(out) => Ok(ClaimOutcome::Claimed {
                 previous: match out.attributes {
-                    Some(old) if !old.is_empty() => Some(self.parse(&old)?),
+                    Some(old) if !old.is_empty() => match self.parse(&old) {
+                        Ok(previous) => Some(previous),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "claimed over an item that is not an idempotency record");
+                            None
+                        }
+                    },
                     _ => None,
                 },
             }),
@@ -380,7 +428,22 @@ impl IdempotencyStore for DynamoDbStore {
     }
 
     fn limits(&self) -> StoreLimits {
-        StoreLimits::DYNAMODB
+        let n = &self.names;
+        let names = [
+            &n.id,
+            &n.expiration,
+            &n.in_progress_expiration,
+            &n.status,
+            &n.data,
+            &n.validation,
+            &n.lease_token,
+        ];
+        StoreLimits {
+            // DynamoDB counts every attribute name in the item's size: numbers and the
+            // status take under 64 bytes, names what they are.
+            record_overhead_bytes: 64 + names.iter().map(|name| name.len()).sum::<usize>(),
+            ..StoreLimits::DYNAMODB
+        }
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {

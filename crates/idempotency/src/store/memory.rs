@@ -5,33 +5,13 @@
 //! survives the process: use it for local runs and tests, not for a deployed function
 //! (each Lambda execution environment would have its own).
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore};
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreOp};
 use crate::error::Error;
 use crate::record::{Claim, Record, Status};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
-
-/// One of the store's four operations, for fault injection and counting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StoreOp {
-    /// [`IdempotencyStore::claim`].
-    Claim,
-    /// [`IdempotencyStore::complete`].
-    Complete,
-    /// [`IdempotencyStore::release`].
-    Release,
-    /// [`IdempotencyStore::get`].
-    Get,
-}
-
-const OPS: [StoreOp; 4] = [
-    StoreOp::Claim,
-    StoreOp::Complete,
-    StoreOp::Release,
-    StoreOp::Get,
-];
 
 /// An in-memory [`IdempotencyStore`]. Cloning shares the records.
 ///
@@ -51,7 +31,7 @@ pub struct MemoryStore {
 struct Inner {
     records: Mutex<HashMap<String, Record>>,
     faults: Mutex<HashMap<StoreOp, u32>>,
-    requests: [AtomicU64; 4],
+    requests: [AtomicU64; StoreOp::ALL.len()],
 }
 
 impl MemoryStore {
@@ -89,12 +69,12 @@ impl MemoryStore {
 
     /// How many calls of `op` the store received (failed ones included).
     pub fn requests(&self, op: StoreOp) -> u64 {
-        self.inner.requests[op_index(op)].load(Ordering::Relaxed)
+        self.inner.requests[op.index()].load(Ordering::Relaxed)
     }
 
     /// Calls of all operations.
     pub fn total_requests(&self) -> u64 {
-        OPS.iter().map(|op| self.requests(*op)).sum()
+        StoreOp::ALL.iter().map(|op| self.requests(*op)).sum()
     }
 
     fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
@@ -103,7 +83,7 @@ impl MemoryStore {
     }
 
     fn enter(&self, op: StoreOp) -> Result<(), Error> {
-        self.inner.requests[op_index(op)].fetch_add(1, Ordering::Relaxed);
+        self.inner.requests[op.index()].fetch_add(1, Ordering::Relaxed);
         let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
         match faults.get_mut(&op) {
             Some(n) if *n > 0 => {
@@ -122,7 +102,7 @@ impl MemoryStore {
         self.enter(StoreOp::Claim)?;
         let mut records = self.records();
         match records.get(&claim.id) {
-            Some(existing) if !existing.is_claimable_at(claim.now) => {
+            Some(existing) if !existing.is_claimable_by(claim) => {
                 Ok(ClaimOutcome::Exists(existing.clone()))
             }
             _ => {
@@ -162,15 +142,6 @@ impl MemoryStore {
             }
             _ => Err(Error::LeaseLost { key: id.to_owned() }),
         }
-    }
-}
-
-fn op_index(op: StoreOp) -> usize {
-    match op {
-        StoreOp::Claim => 0,
-        StoreOp::Complete => 1,
-        StoreOp::Release => 2,
-        StoreOp::Get => 3,
     }
 }
 

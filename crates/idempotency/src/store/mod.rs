@@ -18,7 +18,41 @@ use std::time::SystemTime;
 pub mod conformance;
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
+pub mod faulty;
 pub mod memory;
+
+/// One of the store's four operations, for fault injection and counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    /// [`IdempotencyStore::claim`].
+    Claim,
+    /// [`IdempotencyStore::complete`].
+    Complete,
+    /// [`IdempotencyStore::release`].
+    Release,
+    /// [`IdempotencyStore::get`].
+    Get,
+}
+
+impl StoreOp {
+    /// All four, in a fixed order.
+    pub const ALL: [StoreOp; 4] = [
+        StoreOp::Claim,
+        StoreOp::Complete,
+        StoreOp::Release,
+        StoreOp::Get,
+    ];
+
+    /// The position in [`ALL`](Self::ALL), for per-operation counters.
+    pub const fn index(self) -> usize {
+        match self {
+            StoreOp::Claim => 0,
+            StoreOp::Complete => 1,
+            StoreOp::Release => 2,
+            StoreOp::Get => 3,
+        }
+    }
+}
 
 /// A boxed future, so stores can be used as `dyn IdempotencyStore`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -46,6 +80,9 @@ pub struct StoreLimits {
     /// Largest record in bytes, ids, attribute names and result included
     /// (DynamoDB's item limit is 400 KB).
     pub max_record_bytes: usize,
+    /// Bytes a record takes besides its id, result, validation hash and lease token:
+    /// attribute names, status, numbers. Generous, so the size check errs on the safe side.
+    pub record_overhead_bytes: usize,
 }
 
 impl StoreLimits {
@@ -53,6 +90,7 @@ impl StoreLimits {
     pub const DYNAMODB: StoreLimits = StoreLimits {
         max_id_bytes: 2048,
         max_record_bytes: 400 * 1024,
+        record_overhead_bytes: 256,
     };
 }
 
@@ -60,14 +98,19 @@ impl StoreLimits {
 ///
 /// # Contract
 /// - `claim` writes `claim.to_record()` in one atomic conditional operation that succeeds
-///   only when no record has the id, or the record has expired (`expiration` before
-///   `claim.now`, by whole seconds), or it is in progress and its lease ended before
-///   `claim.now` (by milliseconds). Never read-then-write.
+///   only when [`Record::is_claimable_by`] holds for the stored record, evaluated by the
+///   store: no record has the id; or it is in progress and its lease ended before
+///   `claim.now` (by milliseconds); or it has expired (`expiration` before `claim.now`, by
+///   whole seconds) and is not in progress with a live lease; or it is in progress with
+///   the claim's own lease token (an earlier attempt of this same claim was applied but
+///   its answer was lost). Never read-then-write.
 /// - `complete` sets status `COMPLETED`, the result and a new expiration, and `release`
 ///   deletes the record, each only if the stored lease token equals `lease_token`;
-///   otherwise they fail with [`Error::LeaseLost`] and change nothing.
+///   otherwise they fail with [`Error::LeaseLost`] and change nothing (a missing record
+///   is not created). Both may be repeated: a repeated completion succeeds again.
 /// - Backend failures are [`Error::Store`], with `retryable` set for throttling, 5xx
-///   answers and timeouts.
+///   answers and timeouts. The engine owns retries and timeouts; a store should not
+///   retry on its own.
 ///
 /// [`conformance`](crate::store::conformance) (feature `conformance`) checks all of this.
 pub trait IdempotencyStore: Send + Sync + Debug {

@@ -1,0 +1,119 @@
+//! The one seam through which the engine reads the time, so lease and expiry cases can be
+//! tested deterministically.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Where the engine reads "now": the claim's condition time, lease ends, expirations and
+/// the retry cutoffs all come from here.
+pub trait Clock: Send + Sync + Debug {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system's wall clock, the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock for tests: it follows tokio's clock (so under `#[tokio::test(start_paused =
+/// true)]` it moves only as timers fire, deterministically) and can be moved by hand, to
+/// play a lease that ends or a worker whose clock is skewed. Clones share the time.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use lambda_idempotency::{Clock, TestClock};
+/// use std::time::{Duration, UNIX_EPOCH};
+/// let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+/// let before = clock.now();
+/// clock.advance(Duration::from_secs(60));
+/// assert!(clock.now() >= before + Duration::from_secs(60));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TestClock {
+    inner: Arc<Mutex<TestClockState>>,
+}
+
+#[derive(Debug)]
+struct TestClockState {
+    start: SystemTime,
+    started: tokio::time::Instant,
+    /// Moves by hand, in nanoseconds: positive ahead, negative behind.
+    offset_nanos: i128,
+}
+
+impl TestClock {
+    /// A clock that reads `start` now and moves with tokio's clock from here on. Needs a
+    /// tokio runtime with time enabled.
+    pub fn new(start: SystemTime) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(TestClockState {
+                start,
+                started: tokio::time::Instant::now(),
+                offset_nanos: 0,
+            })),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.state().offset_nanos += by.as_nanos() as i128;
+    }
+
+    /// Moves the clock back by `by`, as a worker whose clock runs behind would see it.
+    pub fn rewind(&self, by: Duration) {
+        self.state().offset_nanos -= by.as_nanos() as i128;
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TestClockState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> SystemTime {
+        let state = self.state();
+        let nanos = state.started.elapsed().as_nanos() as i128 + state.offset_nanos;
+        let moved = Duration::from_nanos(nanos.unsigned_abs().min(u64::MAX as u128) as u64);
+        if nanos >= 0 {
+            add(state.start, moved)
+        } else {
+            state
+                .start
+                .checked_sub(moved)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        }
+    }
+}
+
+/// The latest time the library works with: year 2500, far past any record's life and
+/// still representable by every store (epoch milliseconds fit an `i64`).
+pub(crate) fn far_future() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(16_725_225_600)
+}
+
+/// `t + d`, capped at [`far_future`] instead of panicking on overflow.
+pub(crate) fn add(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d)
+        .unwrap_or_else(far_future)
+        .min(far_future())
+}
+
+/// What is left from `now` until `until`, zero if it has passed.
+pub(crate) fn until(now: SystemTime, until: SystemTime) -> Duration {
+    until.duration_since(now).unwrap_or_default()
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> SystemTime {
+        (**self).now()
+    }
+}

@@ -1,0 +1,203 @@
+//! A wrapper that injects faults into any store and counts its requests: the faults that
+//! matter for a conditional-write protocol are the ones between the store and its caller.
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp};
+use crate::error::Error;
+use crate::record::{Claim, Record};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// One fault, taken by the next call of the operation it was injected for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Fails before reaching the store, retryable (throttling, a 503).
+    Unavailable,
+    /// Fails before reaching the store, not retryable (a validation or permission error).
+    Rejected,
+    /// The request is applied, then its answer is lost: the caller sees a retryable error.
+    AnswerLost,
+    /// The request is never answered and never applied.
+    Hang,
+    /// The request is never answered, and applied after this long, after the caller
+    /// gave up (a request stuck in a queue or a retransmission).
+    LateApply(Duration),
+    /// The request is answered correctly after this long.
+    Slow(Duration),
+}
+
+/// Wraps a store, injecting [`Fault`]s per operation and counting requests. For testing
+/// how the engine (or your code) handles store faults, over any backend.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+/// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, StoreOp};
+/// use serde_json::json;
+///
+/// let store = FaultyStore::new(MemoryStore::new());
+/// store.inject(StoreOp::Claim, Fault::AnswerLost, 1);
+/// let idempotency = Idempotency::new(store.clone());
+/// let op = Operation::new("greet", KeyStrategy::field("id"));
+/// let answer: Result<String, lambda_idempotency::Error> =
+///     idempotency.run(&op, &json!({"id": "1"}), || async { Ok("hi".to_string()) }).await;
+/// assert_eq!(answer.unwrap(), "hi", "the retried claim recognised its own record");
+/// assert_eq!(store.requests(StoreOp::Claim), 2);
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    inner: S,
+    state: Arc<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    faults: Mutex<HashMap<StoreOp, VecDeque<Fault>>>,
+    requests: [AtomicU64; StoreOp::ALL.len()],
+}
+
+impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
+    /// Wraps `inner`, with no fault queued.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            state: Arc::default(),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Queues `fault` for the next `count` calls of `op`.
+    pub fn inject(&self, op: StoreOp, fault: Fault, count: u32) {
+        let mut faults = self.faults();
+        let queue = faults.entry(op).or_default();
+        queue.extend(std::iter::repeat_n(fault, count as usize));
+    }
+
+    /// Drops every queued fault.
+    pub fn clear_faults(&self) {
+        self.faults().clear();
+    }
+
+    /// How many calls of `op` reached the wrapper (faulty ones included).
+    pub fn requests(&self, op: StoreOp) -> u64 {
+        self.state.requests[op.index()].load(Ordering::Relaxed)
+    }
+
+    /// Calls of all operations.
+    pub fn total_requests(&self) -> u64 {
+        StoreOp::ALL.iter().map(|op| self.requests(*op)).sum()
+    }
+
+    /// Sets every counter back to zero.
+    pub fn reset_requests(&self) {
+        for counter in &self.state.requests {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, HashMap<StoreOp, VecDeque<Fault>>> {
+        self.state.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_fault(&self, op: StoreOp) -> Option<Fault> {
+        self.state.requests[op.index()].fetch_add(1, Ordering::Relaxed);
+        self.faults().get_mut(&op).and_then(VecDeque::pop_front)
+    }
+
+    /// Runs `apply` (the real request, owning what it needs) under the next fault of `op`.
+    async fn call<R, Fut>(&self, op: StoreOp, apply: impl FnOnce(S) -> Fut) -> Result<R, Error>
+    where
+        R: Send + 'static,
+        Fut: Future<Output = Result<R, Error>> + Send + 'static,
+    {
+        let name = self.inner.name();
+        let injected = |retryable: bool, what: &str| {
+            Error::store(name, retryable, format!("injected {op:?} fault: {what}"))
+        };
+        match self.next_fault(op) {
+            None => apply(self.inner.clone()).await,
+            Some(Fault::Unavailable) => Err(injected(true, "unavailable")),
+            Some(Fault::Rejected) => Err(injected(false, "rejected")),
+            Some(Fault::AnswerLost) => {
+                let _ = apply(self.inner.clone()).await;
+                Err(injected(true, "applied, answer lost"))
+            }
+            Some(Fault::Hang) => std::future::pending().await,
+            Some(Fault::LateApply(after)) => {
+                let late = apply(self.inner.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = late.await;
+                });
+                std::future::pending().await
+            }
+            Some(Fault::Slow(after)) => {
+                tokio::time::sleep(after).await;
+                apply(self.inner.clone()).await
+            }
+        }
+    }
+}
+
+impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn limits(&self) -> StoreLimits {
+        self.inner.limits()
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        let claim = claim.clone();
+        Box::pin(self.call(StoreOp::Claim, move |store| async move {
+            store.claim(&claim).await
+        }))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let (id, token, data) = (
+            id.to_owned(),
+            lease_token.to_owned(),
+            data.map(str::to_owned),
+        );
+        Box::pin(self.call(StoreOp::Complete, move |store| async move {
+            store
+                .complete(&id, &token, data.as_deref(), expiration)
+                .await
+        }))
+    }
+
+    fn release<'a>(
+        &'a self,
+        id: &'a str,
+        lease_token: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let (id, token) = (id.to_owned(), lease_token.to_owned());
+        Box::pin(self.call(StoreOp::Release, move |store| async move {
+            store.release(&id, &token).await
+        }))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        let id = id.to_owned();
+        Box::pin(self.call(
+            StoreOp::Get,
+            move |store| async move { store.get(&id).await },
+        ))
+    }
+}

@@ -14,6 +14,8 @@
 //! # }
 //! ```
 
+pub mod model;
+
 use super::faulty::{Fault, FaultyStore};
 use super::{ClaimOutcome, IdempotencyStore, StoreOp};
 use crate::clock::TestClock;

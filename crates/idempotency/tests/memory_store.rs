@@ -3,7 +3,8 @@
 
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::{
-    Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome, Status, StoreOp,
+    Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome, Status,
+    StoreOp, TestClock,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -150,11 +151,18 @@ async fn function_error_releases_and_returns_the_functions_error() {
     );
 }
 
-#[tokio::test]
+/// On tokio's paused clock, which the test clock follows: no wall-clock margins.
+fn paused_clock() -> TestClock {
+    TestClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000))
+}
+
+#[tokio::test(start_paused = true)]
 async fn crashed_worker_is_taken_over_after_its_lease() {
     let store = MemoryStore::new();
+    let clock = paused_clock();
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1200))
+        .clock(clock.clone())
         .build();
     // A worker that dies mid-call: its future is dropped while the function runs.
     let (crash_op, crash_payload) = (op(), payload("c"));
@@ -168,7 +176,14 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
         call(&idem, &payload("c"), &calls).await,
         Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
     ));
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // The lease ends 1200 ms after the claim: held at its last millisecond...
+    tokio::time::sleep(Duration::from_millis(1150)).await;
+    assert!(matches!(
+        call(&idem, &payload("c"), &calls).await,
+        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+    ));
+    // ...and taken over one millisecond after it.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let (_, outcome) = call(&idem, &payload("c"), &calls).await.unwrap();
     assert_eq!(outcome, Outcome::TookOver);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -225,24 +240,29 @@ async fn completion_is_retried_through_store_errors() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn completion_gives_up_before_the_lease_ends() {
     let store = MemoryStore::new();
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1500))
+        .clock(paused_clock())
         .build();
     store.inject_failures(StoreOp::Complete, 1000);
     let calls = AtomicU32::new(0);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let (_, outcome) = call(&idem, &payload("g"), &calls).await.unwrap();
     assert_eq!(outcome, Outcome::ExecutedUnstored);
+    // The cutoff is the lease less a tenth of it (150 ms); no retry starts past it, so the
+    // last one started at most one backoff (at most 1 s) before.
+    let gave_up = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_millis(1500),
-        "gave up within the lease"
+        gave_up <= Duration::from_millis(1350) && gave_up >= Duration::from_millis(350),
+        "gave up at {gave_up:?}, before the cutoff and not long before it"
     );
     assert!(
-        store.requests(StoreOp::Complete) > 2,
-        "retried before giving up"
+        store.requests(StoreOp::Complete) >= 5,
+        "retried with growing backoff until the cutoff: {}",
+        store.requests(StoreOp::Complete)
     );
     assert_eq!(
         store.record("local.generate#g").unwrap().status,
@@ -250,11 +270,12 @@ async fn completion_gives_up_before_the_lease_ends() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn zombie_worker_gets_lease_lost() {
     let store = MemoryStore::new();
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1000))
+        .clock(paused_clock())
         .build();
     let (takeover_tx, takeover_rx) = tokio::sync::oneshot::channel::<()>();
     let zombie = {

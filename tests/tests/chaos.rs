@@ -12,10 +12,10 @@
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use e2e_tests::TestTable;
-use lambda_idempotency::{
-    DynamoDbStore, Idempotency, IdempotencyStore, KeyStrategy, Operation, Outcome, SqsBatch,
-    Status, epoch_millis,
-};
+use lambda_idempotency::store::IdempotencyStore;
+use lambda_idempotency::store::Status;
+use lambda_idempotency::store::epoch_millis;
+use lambda_idempotency::{DynamoDbStore, Idempotency, KeyStrategy, Operation, Outcome, SqsBatch};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ChatMessage, ChatRequest, ModelClient};
 use provider_stub::ProviderStub;
@@ -189,7 +189,7 @@ impl Harness {
         };
         let result = self
             .idempotency
-            .execute(&self.operation, &payload, None, || async {
+            .execute(&self.operation, &payload, || async {
                 called.store(true, Ordering::SeqCst);
                 self.model.complete(&request, None).await
             })

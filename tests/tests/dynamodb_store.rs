@@ -2,9 +2,10 @@
 //! request counts per path, and store faults.
 
 use e2e_tests::TestTable;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::{
-    DynamoDbStore, Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome, StoreOp,
+    DynamoDbStore, Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome,
 };
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -38,7 +39,7 @@ async fn call(
     payload: &Value,
     calls: &AtomicU32,
 ) -> Result<(String, Outcome), ExecuteError<String>> {
-    idem.execute(&op(), payload, None, || async {
+    idem.execute(&op(), payload, || async {
         calls.fetch_add(1, Ordering::SeqCst);
         Ok::<_, String>("answer".to_string())
     })
@@ -98,7 +99,7 @@ async fn request_counts_per_path() {
     let first = {
         let idem = idem.clone();
         tokio::spawn(async move {
-            idem.execute(&op(), &payload("b"), None, || async move {
+            idem.execute(&op(), &payload("b"), || async move {
                 started_tx.send(()).unwrap();
                 finish_rx.await.unwrap();
                 Ok::<_, String>("b".to_string())
@@ -212,7 +213,7 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
         .lease(Duration::from_millis(1500))
         .build();
     let (crash_op, crash_payload) = (op(), payload("c"));
-    let crashed = idem.execute(&crash_op, &crash_payload, None, || async {
+    let crashed = idem.execute(&crash_op, &crash_payload, || async {
         std::future::pending::<()>().await;
         Ok::<_, String>(String::new())
     });
@@ -232,15 +233,17 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
 #[tokio::test]
 async fn records_round_trip_through_the_item_encoding() {
     let (_table, store) = store("encoding").await;
-    let record = lambda_idempotency::Record {
-        id: "fn.op#k".into(),
-        status: lambda_idempotency::Status::Completed,
-        expiration: lambda_idempotency::from_epoch_secs(1_900_000_000),
-        in_progress_expiration: Some(lambda_idempotency::from_epoch_millis(1_800_000_000_123)),
-        data: Some(r#"{"a":1}"#.into()),
-        validation: Some("abc".into()),
-        lease_token: Some("tok".into()),
-    };
+    let mut record = lambda_idempotency::store::Record::new(
+        "fn.op#k",
+        lambda_idempotency::store::Status::Completed,
+        lambda_idempotency::store::from_epoch_secs(1_900_000_000),
+    );
+    record.in_progress_expiration = Some(lambda_idempotency::store::from_epoch_millis(
+        1_800_000_000_123,
+    ));
+    record.data = Some(r#"{"a":1}"#.into());
+    record.validation = Some("abc".into());
+    record.lease_token = Some("tok".into());
     let item = store.to_item(&record);
     assert_eq!(
         item["expiration"].as_n().unwrap(),
@@ -312,8 +315,8 @@ async fn from_env_leaves_retries_to_the_engine() {
     );
     assert_eq!(
         table.counts().await.get("PutItem"),
-        Some(&u64::from(lambda_idempotency::DEFAULT_MAX_STORE_ATTEMPTS)),
-        "one owner of retries"
+        Some(&3),
+        "one owner of retries: the engine's three attempts"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -411,21 +414,19 @@ async fn claiming_over_a_foreign_item_is_not_an_error() {
 async fn custom_attribute_names_count_toward_the_size_limit() {
     let (_table, store) = store("long-names").await;
     let long = |name: &str| format!("{name}_{}", "x".repeat(10_000));
-    let names = lambda_idempotency::AttributeNames {
-        data: long("data"),
-        validation: long("validation"),
-        lease_token: long("lease_token"),
-        status: long("status"),
-        in_progress_expiration: long("in_progress_expiration"),
-        ..Default::default()
-    };
+    let mut names = lambda_idempotency::store::dynamodb::AttributeNames::default();
+    names.data = long("data");
+    names.validation = long("validation");
+    names.lease_token = long("lease_token");
+    names.status = long("status");
+    names.in_progress_expiration = long("in_progress_expiration");
     let store = store.with_attribute_names(names);
     let idem = Idempotency::builder(store)
         .lease(Duration::from_secs(30))
         .build();
     let big = "y".repeat(380 * 1024);
     let result = idem
-        .execute(&op(), &payload("big"), None, || async {
+        .execute(&op(), &payload("big"), || async {
             Ok::<_, String>(big.clone())
         })
         .await;
@@ -437,7 +438,7 @@ async fn custom_attribute_names_count_toward_the_size_limit() {
         "refused before the write, not RESULT LOST: {result:?}"
     );
     let again = idem
-        .execute(&op(), &payload("big"), None, || async {
+        .execute(&op(), &payload("big"), || async {
             if true {
                 panic!("never run twice");
             }

@@ -4,7 +4,8 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use e2e_tests::TestTable;
-use lambda_idempotency::{DynamoDbStore, FailureKind, Idempotency, epoch_millis};
+use lambda_idempotency::store::epoch_millis;
+use lambda_idempotency::{DynamoDbStore, FailureKind, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;

@@ -1,6 +1,7 @@
 //! What `#[idempotent]` does at run time, over the in-memory store.
 
-use lambda_idempotency::{Error, Idempotency, MemoryStore, StoreOp, idempotent};
+use lambda_idempotency::store::StoreOp;
+use lambda_idempotency::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -150,10 +151,10 @@ async fn the_lease_ends_with_the_context_deadline() {
                 request.request_id
             ))
             .unwrap();
-        let lease = lambda_idempotency::epoch_millis(record.in_progress_expiration.unwrap());
+        let lease = lambda_idempotency::store::epoch_millis(record.in_progress_expiration.unwrap());
         Ok(lease - ctx.deadline)
     }
     let mut ctx = lambda_runtime::Context::default();
-    ctx.deadline = lambda_idempotency::epoch_millis(std::time::SystemTime::now()) + 5_000;
+    ctx.deadline = lambda_idempotency::store::epoch_millis(std::time::SystemTime::now()) + 5_000;
     assert_eq!(with_ctx(request("c1", "p"), &ctx).await.unwrap(), 0);
 }

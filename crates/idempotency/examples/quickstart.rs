@@ -18,7 +18,7 @@ async fn main() {
         json!({"request_id": "r-1", "to": "ada@example.com", "body": "hello", "sent_at": 1});
     for delivery in 1..=3 {
         let (receipt, outcome) = idempotency
-            .execute(&op, &message, None, || async {
+            .execute(&op, &message, || async {
                 let n = sends.fetch_add(1, Ordering::SeqCst) + 1;
                 Ok::<_, std::io::Error>(format!("email #{n} sent"))
             })

@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::fmt::Write;
 
 /// Appends the canonical form of `value` to `out`.
-pub fn write_canonical(value: &Value, out: &mut String) {
+pub(crate) fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -45,7 +45,7 @@ pub fn write_canonical(value: &Value, out: &mut String) {
 }
 
 /// The canonical form of `value` as a new string.
-pub fn to_canonical_string(value: &Value) -> String {
+pub(crate) fn to_canonical_string(value: &Value) -> String {
     let mut out = String::new();
     write_canonical(value, &mut out);
     out

@@ -29,7 +29,7 @@ impl Clock for SystemClock {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use lambda_idempotency::{Clock, TestClock};
+/// use lambda_idempotency::clock::{Clock, TestClock};
 /// use std::time::{Duration, UNIX_EPOCH};
 /// let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
 /// let before = clock.now();

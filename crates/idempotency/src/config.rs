@@ -8,65 +8,65 @@ use std::time::Duration;
 /// retention) plus a day of margin for receives and visibility timeouts. Powertools'
 /// one hour suits HTTP retries, not queues. Too short re-runs the work for a late
 /// redelivery; too long only costs storage, so this errs long.
-pub const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(15 * 24 * 60 * 60);
+pub(crate) const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(15 * 24 * 60 * 60);
 
 /// The lease when neither an override nor a Lambda deadline is known: Lambda's longest
 /// timeout, so no invocation can outlive its claim.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(15 * 60);
 
 /// The shortest lease ever written, so `in_progress_expiration` is never zero or past.
-pub const MIN_LEASE: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LEASE: Duration = Duration::from_secs(1);
 
 /// Claim attempts when the record changes between the write and the read that follows.
-pub const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
+pub(crate) const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
 
 /// Attempts of one store request on a retryable store error (throttling, 5xx), on top of
 /// the SDK's own retries, and never past the lease.
-pub const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
+pub(crate) const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
 
 /// Completion retries stop this long before the lease ends (or a tenth of the lease, if
 /// shorter), leaving the record to be taken over: time for the handler to answer Lambda
 /// before the invocation's deadline.
-pub const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
 
 /// The longest one store request may take before it is abandoned (and retried, within
 /// the lease). DynamoDB answers in milliseconds; a request without an answer after this
 /// long has stalled, and waiting on it would let Lambda kill the invocation and lose the
 /// whole batch's response. Every attempt is also cut at the lease's cutoff.
-pub const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_STORE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// First backoff between store retries; it doubles up to [`MAX_BACKOFF`].
-pub const BASE_BACKOFF: Duration = Duration::from_millis(25);
+pub(crate) const BASE_BACKOFF: Duration = Duration::from_millis(25);
 
 /// Longest backoff between store retries.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Set to `true` (or `1`) to run functions without idempotency, for tests. Powertools' name.
-pub const DISABLED_ENV: &str = "POWERTOOLS_IDEMPOTENCY_DISABLED";
+pub(crate) const DISABLED_ENV: &str = "POWERTOOLS_IDEMPOTENCY_DISABLED";
 
-/// Settings of an [`Idempotency`](crate::Idempotency) handle. Build with
+/// Settings of an [`Idempotency`](crate::Idempotency) handle, set through
 /// [`Idempotency::builder`](crate::Idempotency::builder).
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// How long a record counts. See [`DEFAULT_EXPIRES_AFTER`] and [`expiry_for_queue`].
-    pub expires_after: Duration,
+    pub(crate) expires_after: Duration,
     /// A fixed lease instead of the Lambda invocation's deadline.
-    pub lease: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
     /// The first part of every stored id: the Lambda function's name by default.
-    pub function_name: String,
+    pub(crate) function_name: String,
     /// See [`DEFAULT_MAX_CLAIM_ATTEMPTS`].
-    pub max_claim_attempts: u32,
+    pub(crate) max_claim_attempts: u32,
     /// See [`DEFAULT_MAX_STORE_ATTEMPTS`].
-    pub max_store_attempts: u32,
+    pub(crate) max_store_attempts: u32,
     /// See [`DEFAULT_STORE_ATTEMPT_TIMEOUT`].
-    pub store_attempt_timeout: Duration,
+    pub(crate) store_attempt_timeout: Duration,
     /// Where the engine reads the time. [`SystemClock`] by default.
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Completed records kept in memory to answer duplicates without a store request.
     /// 0 turns the cache off.
-    pub local_cache_capacity: usize,
+    pub(crate) local_cache_capacity: usize,
     /// Functions run without idempotency. See [`DISABLED_ENV`].
-    pub disabled: bool,
+    pub(crate) disabled: bool,
 }
 
 impl Default for Config {

@@ -39,6 +39,8 @@ pub enum Error {
     InvalidKey {
         /// Why.
         reason: String,
+        /// The underlying error: the serializer's, or a custom key function's.
+        source: Option<BoxError>,
     },
     /// A function name, operation name or key prefix holds a character that separates the
     /// parts of a stored id, so two different operations could share ids.
@@ -48,14 +50,6 @@ pub enum Error {
         /// The name.
         name: String,
         /// Why it is refused.
-        reason: String,
-    },
-    /// An SQS message body is missing or does not parse as the handler's input. It will not
-    /// parse on redelivery either: let it reach the dead-letter queue.
-    InvalidBody {
-        /// The SQS message id.
-        message_id: String,
-        /// The parser's error.
         reason: String,
     },
     /// The stored id is longer than the store's partition key limit.
@@ -131,6 +125,19 @@ impl Error {
         }
     }
 
+    /// Whether the engine may repeat the store request that failed with this error
+    /// (throttling, a 5xx, a timeout). Narrower than [`is_retryable`](Self::is_retryable),
+    /// which is about the whole message.
+    pub(crate) fn is_retryable_store_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Store {
+                retryable: true,
+                ..
+            }
+        )
+    }
+
     pub(crate) fn store(
         backend: &'static str,
         retryable: bool,
@@ -165,14 +172,17 @@ impl fmt::Display for Error {
                 f,
                 "the payload has no idempotency key at {field}; refusing to process it without one"
             ),
-            Error::InvalidKey { reason } => write!(f, "cannot derive an idempotency key: {reason}"),
+            Error::InvalidKey { reason, source } => {
+                write!(f, "cannot derive an idempotency key: {reason}")?;
+                if let Some(source) = source {
+                    write!(f, ": {source}")?;
+                }
+                Ok(())
+            }
             Error::InvalidName { what, name, reason } => write!(
                 f,
                 "invalid idempotency {what} {name:?}: {reason}; choose another name"
             ),
-            Error::InvalidBody { message_id, reason } => {
-                write!(f, "message {message_id} has an invalid body: {reason}")
-            }
             Error::KeyTooLong {
                 key_prefix,
                 len,
@@ -205,15 +215,21 @@ impl fmt::Display for Error {
                 backend,
                 retryable,
                 source,
-            } => write!(
-                f,
-                "{backend} idempotency store error ({}): {source}",
-                if *retryable {
+            } => {
+                let kind = if *retryable {
                     "retryable"
                 } else {
                     "not retryable"
+                };
+                write!(f, "{backend} idempotency store error ({kind}): {source}")?;
+                // The backend's own chain (an SDK error says little at its top level).
+                let mut cause = source.source();
+                while let Some(c) = cause {
+                    write!(f, ": {c}")?;
+                    cause = c.source();
                 }
-            ),
+                Ok(())
+            }
         }
     }
 }
@@ -222,6 +238,10 @@ impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             Error::Serialization { source, .. } => Some(source),
+            Error::InvalidKey {
+                source: Some(source),
+                ..
+            } => Some(source.as_ref()),
             Error::Store { source, .. } => Some(source.as_ref()),
             _ => None,
         }

@@ -9,13 +9,13 @@
 //! hashes differ and deduplication silently does nothing.
 
 use crate::canonical::write_canonical;
-use crate::error::Error;
+use crate::error::{BoxError, Error};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
-type KeyFn = dyn Fn(&Value) -> Result<Option<String>, String> + Send + Sync;
+type KeyFn = dyn Fn(&Value) -> Result<Option<String>, BoxError> + Send + Sync;
 
 /// Where the idempotency key comes from in a payload.
 ///
@@ -90,10 +90,11 @@ impl KeyStrategy {
         self
     }
 
-    /// A key computed by a closure: `Ok(None)` is a missing key, `Err` an invalid one.
+    /// A key computed by a closure: `Ok(None)` is a missing key, `Err` an invalid one
+    /// ([`Error::InvalidKey`] with the closure's error as its source; `?` converts any error).
     pub fn custom<F>(f: F) -> Self
     where
-        F: Fn(&Value) -> Result<Option<String>, String> + Send + Sync + 'static,
+        F: Fn(&Value) -> Result<Option<String>, BoxError> + Send + Sync + 'static,
     {
         KeyStrategy(Source::Custom(Arc::new(f)))
     }
@@ -143,7 +144,10 @@ impl KeyStrategy {
                 Ok(_) => Err(Error::KeyMissing {
                     field: "the custom key function's result".into(),
                 }),
-                Err(reason) => Err(Error::InvalidKey { reason }),
+                Err(source) => Err(Error::InvalidKey {
+                    reason: "the custom key function failed".into(),
+                    source: Some(source),
+                }),
             },
             Source::FirstOf(list) => {
                 let mut missing = Vec::new();
@@ -185,7 +189,7 @@ impl fmt::Debug for KeyStrategy {
 
 /// SHA-256 hex of the canonical JSON of the named fields, for payload validation.
 /// Absent fields are hashed as absent: a field that appears later is a mismatch.
-pub fn validation_hash(payload: &Value, fields: &[String]) -> String {
+pub(crate) fn validation_hash(payload: &Value, fields: &[String]) -> String {
     if fields.is_empty() {
         return hash_value(payload);
     }
@@ -193,7 +197,7 @@ pub fn validation_hash(payload: &Value, fields: &[String]) -> String {
 }
 
 /// SHA-256 hex of the canonical JSON of `value`.
-pub fn hash_value(value: &Value) -> String {
+pub(crate) fn hash_value(value: &Value) -> String {
     let mut text = String::with_capacity(256);
     write_canonical(value, &mut text);
     // sha2's output (a GenericArray) formats as lowercase hex, two digits a byte.

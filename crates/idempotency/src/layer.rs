@@ -1,8 +1,9 @@
 //! Middleware that makes a whole Lambda handler idempotent, keyed on its event.
 
-use crate::engine::{Idempotency, Operation};
 use crate::error::ExecuteError;
+use crate::handle::Idempotency;
 use crate::invocation;
+use crate::operation::Operation;
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{Error as LambdaError, LambdaEvent};
 use serde::Serialize;
@@ -126,7 +127,7 @@ where
             let run = || async move { inner.call(event).await.map_err(Into::into) };
             let run = invocation::with_deadline(
                 deadline,
-                idempotency.execute(&operation, &payload, deadline, run),
+                idempotency.execute_inner(&operation, &payload, deadline, run),
             );
             match run.await {
                 Ok((response, _)) => Ok(response),

@@ -27,7 +27,7 @@
 //!
 //! for expected in [Outcome::Executed, Outcome::Replayed] {
 //!     let (sent, outcome) = idempotency
-//!         .execute(&op, &message, None, || async { Ok::<_, std::io::Error>("sent".to_string()) })
+//!         .execute(&op, &message, || async { Ok::<_, std::io::Error>("sent".to_string()) })
 //!         .await
 //!         .unwrap();
 //!     assert_eq!((sent.as_str(), outcome), ("sent", expected));
@@ -46,38 +46,32 @@ struct ReadmeDoctests;
 
 mod batch;
 mod cache;
-pub mod canonical;
-mod clock;
+mod canonical;
+pub mod clock;
 mod config;
 mod engine;
 mod error;
+mod handle;
 mod invocation;
 mod key;
 mod layer;
+mod operation;
 mod record;
+mod retry;
 pub mod store;
 
 pub use batch::{
-    BatchError, BatchReport, DEFAULT_DEADLINE_MARGIN, DEFAULT_MAX_CONCURRENCY, FailureKind,
-    RecordFailure, RecordReport, SqsBatch, json_body,
+    BatchError, BatchReport, FailureKind, InvalidBody, RecordFailure, RecordReport, SqsBatch,
 };
-pub use clock::{Clock, SystemClock, TestClock};
-pub use config::{
-    BASE_BACKOFF, COMPLETION_MARGIN, Config, DEFAULT_EXPIRES_AFTER, DEFAULT_LEASE,
-    DEFAULT_MAX_CLAIM_ATTEMPTS, DEFAULT_MAX_STORE_ATTEMPTS, DEFAULT_STORE_ATTEMPT_TIMEOUT,
-    DISABLED_ENV, MAX_BACKOFF, MIN_LEASE, expiry_for_queue,
-};
-pub use engine::{Idempotency, IdempotencyBuilder, Operation, Outcome};
+pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError};
-pub use invocation::{context_deadline, current_deadline, with_context, with_deadline};
-pub use key::{KeyStrategy, hash_value, validation_hash};
+pub use handle::{Idempotency, IdempotencyBuilder};
+pub use invocation::{current_deadline, with_context, with_deadline};
+pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
-pub use record::{
-    Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
-};
+pub use operation::{Operation, Outcome};
 #[cfg(feature = "dynamodb")]
-pub use store::dynamodb::{AttributeNames, DynamoDbStore};
+pub use store::dynamodb::DynamoDbStore;
 pub use store::memory::MemoryStore;
-pub use store::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp};

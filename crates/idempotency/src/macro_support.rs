@@ -1,8 +1,9 @@
 //! What `#[idempotent]` expands to calls. Not a stable API: use the macro, not these.
 
-use crate::engine::{Idempotency, Operation};
 use crate::error::{Error, ExecuteError};
+use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
+use crate::operation::Operation;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -67,12 +68,13 @@ where
         Ok(payload) => payload,
         Err(e) => {
             return R::from_result(Err(R::Err::from(Error::InvalidKey {
-                reason: format!("the payload does not serialize to JSON: {e}"),
+                reason: "the payload does not serialize to JSON".into(),
+                source: Some(Box::new(e)),
             })));
         }
     };
     let result = handle
-        .execute(operation, &payload, deadline, || async move {
+        .execute_inner(operation, &payload, deadline, || async move {
             body().await.into_result()
         })
         .await;

@@ -2,10 +2,12 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The state of an idempotency record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Status {
     /// Claimed by a worker whose lease runs until `in_progress_expiration`.
     InProgress,
@@ -30,15 +32,27 @@ impl fmt::Display for Status {
 }
 
 impl FromStr for Status {
-    type Err = String;
+    type Err = UnknownStatus;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "INPROGRESS" => Ok(Status::InProgress),
             "COMPLETED" => Ok(Status::Completed),
-            other => Err(format!("unknown idempotency status {other:?}")),
+            other => Err(UnknownStatus(other.to_owned())),
         }
     }
 }
+
+/// A stored status that is neither `INPROGRESS` nor `COMPLETED`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownStatus(pub String);
+
+impl fmt::Display for UnknownStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown idempotency status {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownStatus {}
 
 /// One idempotency record, as every store keeps it.
 ///
@@ -52,6 +66,7 @@ impl FromStr for Status {
 /// | `validation` | `validation`, SHA-256 hex of the validated payload fields |
 /// | `lease_token` | `lease_token`, the fencing token of the claim |
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// The stored idempotency id (prefix and key).
     pub id: String,
@@ -70,6 +85,19 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record with only its id, status and expiration set; set the other fields after.
+    pub fn new(id: impl Into<String>, status: Status, expiration: SystemTime) -> Self {
+        Self {
+            id: id.into(),
+            status,
+            expiration,
+            in_progress_expiration: None,
+            data: None,
+            validation: None,
+            lease_token: None,
+        }
+    }
+
     /// Whether the record no longer counts at `now`: a claim may take it over.
     ///
     /// - in progress with a lease that ended before `now` (by milliseconds): yes;
@@ -98,8 +126,10 @@ impl Record {
     }
 }
 
-/// A claim: the record a worker writes before it runs the function.
+/// A claim: the record a worker writes before it runs the function. Made by the engine;
+/// a store reads it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Claim {
     /// The stored idempotency id.
     pub id: String,
@@ -148,6 +178,25 @@ pub fn from_epoch_secs(secs: u64) -> SystemTime {
 /// The inverse of [`epoch_millis`].
 pub fn from_epoch_millis(millis: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(millis)
+}
+
+/// A token unique to this claim: 64 random bits, this process's start time and a counter.
+pub(crate) fn new_lease_token() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let process = *PROCESS.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        nanos ^ (u64::from(std::process::id()) << 32) ^ fastrand::u64(..)
+    });
+    format!(
+        "{:016x}{:016x}{:08x}",
+        fastrand::u64(..),
+        process,
+        COUNTER.fetch_add(1, Ordering::Relaxed) as u32
+    )
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! The in-memory store against the conformance suite, and the engine's behaviour and
 //! request counts over it.
 
+use lambda_idempotency::clock::TestClock;
+use lambda_idempotency::store::Status;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::{
-    Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome, Status,
-    StoreOp, TestClock,
+    Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -42,7 +44,7 @@ async fn call(
     payload: &Value,
     calls: &AtomicU32,
 ) -> Result<(String, Outcome), ExecuteError<String>> {
-    idem.execute(&op(), payload, None, || async {
+    idem.execute(&op(), payload, || async {
         calls.fetch_add(1, Ordering::SeqCst);
         Ok::<_, String>("answer".to_string())
     })
@@ -98,7 +100,7 @@ async fn in_progress_duplicate_is_refused_with_one_request() {
     let first = {
         let idem = idem.clone();
         tokio::spawn(async move {
-            idem.execute(&op(), &payload("slow"), None, || async move {
+            idem.execute(&op(), &payload("slow"), || async move {
                 started_tx.send(()).unwrap();
                 finish_rx.await.unwrap();
                 Ok::<_, String>("done".to_string())
@@ -134,7 +136,7 @@ async fn function_error_releases_and_returns_the_functions_error() {
     let store = MemoryStore::new();
     let idem = Idempotency::new(store.clone());
     let result = idem
-        .execute(&op(), &payload("e"), None, || async {
+        .execute(&op(), &payload("e"), || async {
             Err::<String, _>("provider said 503".to_string())
         })
         .await;
@@ -166,7 +168,7 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
         .build();
     // A worker that dies mid-call: its future is dropped while the function runs.
     let (crash_op, crash_payload) = (op(), payload("c"));
-    let crashed = idem.execute(&crash_op, &crash_payload, None, || async {
+    let crashed = idem.execute(&crash_op, &crash_payload, || async {
         std::future::pending::<()>().await;
         Ok::<_, String>("never".to_string())
     });
@@ -196,7 +198,7 @@ async fn lease_comes_from_the_invocation_deadline() {
     let deadline = SystemTime::now() + Duration::from_secs(42);
     let calls = AtomicU32::new(0);
     let s = store.clone();
-    idem.execute(&op(), &payload("d"), Some(deadline), || async {
+    idem.execute_until(&op(), &payload("d"), deadline, || async {
         let id = "local.generate#d";
         let lease = s.record(id).unwrap().in_progress_expiration.unwrap();
         let diff = lease
@@ -281,7 +283,7 @@ async fn zombie_worker_gets_lease_lost() {
     let zombie = {
         let idem = idem.clone();
         tokio::spawn(async move {
-            idem.execute(&op(), &payload("z"), None, || async move {
+            idem.execute(&op(), &payload("z"), || async move {
                 takeover_rx.await.unwrap();
                 Ok::<_, String>("stale".to_string())
             })
@@ -317,7 +319,7 @@ async fn oversized_result_is_refused_and_never_rerun() {
     for _ in 0..2 {
         let calls = calls.clone();
         let result = idem
-            .execute(&op(), &payload("big"), None, || async move {
+            .execute(&op(), &payload("big"), || async move {
                 calls.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, String>("x".repeat(500 * 1024))
             })

@@ -44,7 +44,7 @@ impl Handler {
         let calls = &self.calls;
         let result = self
             .idempotency
-            .execute(&op, &payload, None, || async {
+            .execute(&op, &payload, || async {
                 calls.fetch_add(1, Ordering::SeqCst);
                 match job.action.as_str() {
                     "fail" => Err(format!("job {} failed", job.id)),
@@ -84,7 +84,7 @@ async fn mixed_success_and_failure_report_only_the_failures() {
     let response = handler
         .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
         .await
-        .into_response(false)
+        .into_response()
         .unwrap();
     assert_eq!(
         failures(&response),
@@ -141,7 +141,7 @@ async fn an_in_progress_duplicate_inside_a_batch_is_handed_back() {
         vec![Ok(Outcome::Executed), Err(FailureKind::InProgress)]
     );
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
-    let response = report.into_response(false).unwrap();
+    let response = report.into_response().unwrap();
     assert_eq!(
         failures(&response),
         json!({"batchItemFailures": [{"itemIdentifier": "22222222-2222-4222-8222-222222222222"}]})
@@ -226,7 +226,7 @@ async fn fifo_failure_fails_the_rest_of_its_group_only() {
     );
     assert_eq!(handler.calls.load(Ordering::SeqCst), 4, "a-3 did not run");
     assert_eq!(
-        failures(&report.into_response(false).unwrap()),
+        failures(&report.into_response().unwrap()),
         json!({"batchItemFailures": [{"itemIdentifier": "a-2"}, {"itemIdentifier": "a-3"}]})
     );
 }
@@ -281,7 +281,8 @@ async fn every_records_lease_ends_with_the_invocation() {
         .build();
     let op = Operation::new("job", KeyStrategy::field("id"));
     let mut context = Context::default();
-    context.deadline = lambda_idempotency::epoch_millis(std::time::SystemTime::now()) + 30_000;
+    context.deadline =
+        lambda_idempotency::store::epoch_millis(std::time::SystemTime::now()) + 30_000;
     let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-mixed.json")).unwrap();
     // Leases seen while each function ran, checked outside the batch: an assertion inside
     // a handler would only turn into a caught panic.
@@ -299,7 +300,7 @@ async fn every_records_lease_ends_with_the_invocation() {
                             leases
                                 .lock()
                                 .unwrap()
-                                .push(lease.map(lambda_idempotency::epoch_millis));
+                                .push(lease.map(lambda_idempotency::store::epoch_millis));
                             Ok::<_, lambda_runtime::Error>(())
                         })
                         .await
@@ -327,7 +328,7 @@ async fn a_stuck_record_is_reported_unfinished_before_the_deadline_and_the_rest_
     let op = Operation::new("job", KeyStrategy::field("id"));
     let mut context = Context::default();
     let start = std::time::SystemTime::now();
-    context.deadline = lambda_idempotency::epoch_millis(start) + 1_500;
+    context.deadline = lambda_idempotency::store::epoch_millis(start) + 1_500;
     let payload: SqsEvent = serde_json::from_value(json!({"Records": [
         {"messageId": "stuck", "body": "{\"id\": \"a\", \"action\": \"hang\"}"},
         {"messageId": "quick", "body": "{\"id\": \"b\", \"action\": \"ok\"}"},
@@ -374,8 +375,8 @@ async fn a_stuck_record_is_reported_unfinished_before_the_deadline_and_the_rest_
     );
     // The stuck record's claim stays, as after a crash, until its lease (the deadline) ends.
     let stuck = store.record("fn.job#a").expect("the stuck claim stays");
-    assert_eq!(stuck.status, lambda_idempotency::Status::InProgress);
-    let response = report.into_response(false).unwrap();
+    assert_eq!(stuck.status, lambda_idempotency::store::Status::InProgress);
+    let response = report.into_response().unwrap();
     assert_eq!(
         serde_json::to_value(&response).unwrap(),
         json!({"batchItemFailures": [{"itemIdentifier": "stuck"}]})

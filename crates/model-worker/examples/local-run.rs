@@ -6,7 +6,8 @@
 //! `cargo run -p model-worker --example local-run`
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::{FailureKind, Idempotency, MemoryStore, epoch_millis};
+use lambda_idempotency::store::epoch_millis;
+use lambda_idempotency::{FailureKind, Idempotency, MemoryStore};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;

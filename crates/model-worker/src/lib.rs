@@ -25,5 +25,5 @@ pub mod worker;
 
 pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError};
-pub use request::{ChatMessage, ChatRequest};
+pub use request::{ChatMessage, ChatRequest, InvalidRequest};
 pub use worker::{Delivery, Worker};

@@ -2,7 +2,7 @@
 
 use crate::config::{StoreChoice, WorkerConfig};
 use crate::provider::ModelClient;
-use crate::request::ChatRequest;
+use crate::request::{ChatRequest, InvalidRequest};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_idempotency::{
     BatchReport, DynamoDbStore, Idempotency, MemoryStore, SqsBatch, idempotent,
@@ -69,7 +69,7 @@ impl Worker {
             failures = report.failures().count(),
             "batch done"
         );
-        Ok(report.into_response(false)?)
+        Ok(report.into_response()?)
     }
 
     /// Processes a batch and says what happened to each record.
@@ -77,9 +77,9 @@ impl Worker {
         self.batch
             .report_json(event, |request: ChatRequest, message| async move {
                 if let Some(problem) = request.problem() {
-                    return Err(lambda_idempotency::Error::InvalidBody {
+                    return Err(InvalidRequest {
                         message_id: message.message_id.unwrap_or_default(),
-                        reason: format!("the request cannot be sent: {problem}"),
+                        problem,
                     }
                     .into());
                 }

@@ -39,7 +39,7 @@ async fn main() {
         );
         async move {
             let request: ChatRequest = serde_json::from_value(body.clone()).unwrap();
-            idem.execute(&op, &body, None, || async {
+            idem.execute(&op, &body, || async {
                 model.complete(&request, None).await
             })
             .await
@@ -119,7 +119,7 @@ async fn main() {
                         let (idem, op, model) = (&idem, &op, &model);
                         async move {
                             let request: ChatRequest = serde_json::from_value(body.clone())?;
-                            idem.execute(op, &body, None, || async {
+                            idem.execute(op, &body, || async {
                                 model.complete(&request, None).await
                             })
                             .await

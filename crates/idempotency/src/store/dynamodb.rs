@@ -71,8 +71,10 @@ pub fn client_config(loader: aws_config::ConfigLoader) -> aws_config::ConfigLoad
     )
 }
 
-/// The attribute names of the record, Powertools' by default.
+/// The attribute names of the record, Powertools' by default. Change a field of
+/// `AttributeNames::default()` to rename one attribute.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AttributeNames {
     /// Partition key. Default `id`.
     pub id: String,
@@ -220,11 +222,11 @@ impl DynamoDbStore {
 
     async fn complete_once(
         &self,
-        id: &str,
-        token: &str,
+        claim: &Claim,
         data: Option<&str>,
         expiration: SystemTime,
     ) -> Result<(), Error> {
+        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         let n = &self.names;
         let update = self
             .client
@@ -259,7 +261,8 @@ impl DynamoDbStore {
         }
     }
 
-    async fn release_once(&self, id: &str, token: &str) -> Result<(), Error> {
+    async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         let n = &self.names;
         let result = self
             .client
@@ -359,7 +362,7 @@ impl DynamoDbStore {
             status: string(&n.status)
                 .ok_or_else(|| malformed("no status"))?
                 .parse()
-                .map_err(|e: String| malformed(&e))?,
+                .map_err(|e: crate::record::UnknownStatus| malformed(&e.to_string()))?,
             expiration: from_epoch_secs(
                 number(&n.expiration)?.ok_or_else(|| malformed("no expiration"))?,
             ),
@@ -379,7 +382,8 @@ fn millis(t: SystemTime) -> AttributeValue {
     AttributeValue::N(epoch_millis(t).to_string())
 }
 
-/// Maps an SDK error to [`Error::Store`], marking what a later attempt may fix.
+/// Maps an SDK error to [`Error::Store`], marking what a later attempt may fix; the SDK
+/// error is the source.
 fn store_error<E, R>(err: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -404,11 +408,8 @@ where
         }
         _ => false,
     };
-    Error::store(
-        BACKEND,
-        retryable,
-        aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string(),
-    )
+    // The SDK's own error, boxed: a caller can downcast it (`SdkError<PutItemError, _>`).
+    Error::store(BACKEND, retryable, err)
 }
 
 /// The HTTP status of a raw response, abstracted so [`store_error`] stays generic.
@@ -452,20 +453,15 @@ impl IdempotencyStore for DynamoDbStore {
 
     fn complete<'a>(
         &'a self,
-        id: &'a str,
-        lease_token: &'a str,
+        claim: &'a Claim,
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.complete_once(id, lease_token, data, expiration))
+        Box::pin(self.complete_once(claim, data, expiration))
     }
 
-    fn release<'a>(
-        &'a self,
-        id: &'a str,
-        lease_token: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.release_once(id, lease_token))
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.release_once(claim))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {

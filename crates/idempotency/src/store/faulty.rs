@@ -35,7 +35,8 @@ pub enum Fault {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use lambda_idempotency::store::faulty::{Fault, FaultyStore};
-/// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, StoreOp};
+/// use lambda_idempotency::store::StoreOp;
+/// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
 /// use serde_json::json;
 ///
 /// let store = FaultyStore::new(MemoryStore::new());
@@ -165,31 +166,20 @@ impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> 
 
     fn complete<'a>(
         &'a self,
-        id: &'a str,
-        lease_token: &'a str,
+        claim: &'a Claim,
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        let (id, token, data) = (
-            id.to_owned(),
-            lease_token.to_owned(),
-            data.map(str::to_owned),
-        );
+        let (claim, data) = (claim.clone(), data.map(str::to_owned));
         Box::pin(self.call(StoreOp::Complete, move |store| async move {
-            store
-                .complete(&id, &token, data.as_deref(), expiration)
-                .await
+            store.complete(&claim, data.as_deref(), expiration).await
         }))
     }
 
-    fn release<'a>(
-        &'a self,
-        id: &'a str,
-        lease_token: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        let (id, token) = (id.to_owned(), lease_token.to_owned());
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        let claim = claim.clone();
         Box::pin(self.call(StoreOp::Release, move |store| async move {
-            store.release(&id, &token).await
+            store.release(&claim).await
         }))
     }
 

@@ -114,11 +114,11 @@ impl MemoryStore {
 
     fn complete_now(
         &self,
-        id: &str,
-        token: &str,
+        claim: &Claim,
         data: Option<&str>,
         expiration: SystemTime,
     ) -> Result<(), Error> {
+        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         self.enter(StoreOp::Complete)?;
         let mut records = self.records();
         match records.get_mut(id) {
@@ -132,7 +132,8 @@ impl MemoryStore {
         }
     }
 
-    fn release_now(&self, id: &str, token: &str) -> Result<(), Error> {
+    fn release_now(&self, claim: &Claim) -> Result<(), Error> {
+        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         self.enter(StoreOp::Release)?;
         let mut records = self.records();
         match records.get(id) {
@@ -156,20 +157,15 @@ impl IdempotencyStore for MemoryStore {
 
     fn complete<'a>(
         &'a self,
-        id: &'a str,
-        lease_token: &'a str,
+        claim: &'a Claim,
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(async move { self.complete_now(id, lease_token, data, expiration) })
+        Box::pin(async move { self.complete_now(claim, data, expiration) })
     }
 
-    fn release<'a>(
-        &'a self,
-        id: &'a str,
-        lease_token: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(async move { self.release_now(id, lease_token) })
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.release_now(claim) })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {

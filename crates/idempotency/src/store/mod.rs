@@ -8,7 +8,11 @@
 //! evaluates conditions atomically.
 
 use crate::error::Error;
-use crate::record::{Claim, Record};
+
+pub use crate::record::{
+    Claim, Record, Status, UnknownStatus, epoch_millis, epoch_secs, from_epoch_millis,
+    from_epoch_secs,
+};
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -59,6 +63,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClaimOutcome {
     /// The claim was written. `previous` is the record it replaced (expired, or in
     /// progress with a passed lease), if the backend returns it.
@@ -74,6 +79,7 @@ pub enum ClaimOutcome {
 
 /// Size limits the engine checks before writing, so an oversized write fails clearly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreLimits {
     /// Largest stored id in bytes (DynamoDB's partition key limit is 2048).
     pub max_id_bytes: usize,
@@ -86,6 +92,22 @@ pub struct StoreLimits {
 }
 
 impl StoreLimits {
+    /// Limits of `max_id_bytes` per id and `max_record_bytes` per record, with DynamoDB's
+    /// estimate of the bytes a record takes besides its contents.
+    pub const fn new(max_id_bytes: usize, max_record_bytes: usize) -> Self {
+        Self {
+            max_id_bytes,
+            max_record_bytes,
+            record_overhead_bytes: Self::DYNAMODB.record_overhead_bytes,
+        }
+    }
+
+    /// The same limits with another per-record overhead.
+    pub const fn with_record_overhead_bytes(mut self, bytes: usize) -> Self {
+        self.record_overhead_bytes = bytes;
+        self
+    }
+
     /// DynamoDB's limits, which the in-memory store mirrors so local tests fail alike.
     pub const DYNAMODB: StoreLimits = StoreLimits {
         max_id_bytes: 2048,
@@ -112,7 +134,7 @@ impl StoreLimits {
 ///   answers and timeouts. The engine owns retries and timeouts; a store should not
 ///   retry on its own.
 ///
-/// [`conformance`](crate::store::conformance) (feature `conformance`) checks all of this.
+/// [`conformance`] (feature `conformance`) checks all of this.
 pub trait IdempotencyStore: Send + Sync + Debug {
     /// The backend's name, for errors and logs.
     fn name(&self) -> &'static str;
@@ -125,19 +147,18 @@ pub trait IdempotencyStore: Send + Sync + Debug {
     /// Atomically claims `claim.id` (see the contract above).
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>>;
 
-    /// Marks the claim completed with `data` (the result as JSON; `None` when it was too
-    /// large to store) and a new `expiration`.
+    /// Marks `claim`'s record completed with `data` (the result as JSON; `None` when it
+    /// was too large to store) and a new `expiration`, if it still holds the claim's token.
     fn complete<'a>(
         &'a self,
-        id: &'a str,
-        lease_token: &'a str,
+        claim: &'a Claim,
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>>;
 
-    /// Deletes the claim so the next delivery can run the function again.
-    fn release<'a>(&'a self, id: &'a str, lease_token: &'a str)
-    -> BoxFuture<'a, Result<(), Error>>;
+    /// Deletes `claim`'s record, if it still holds the claim's token, so the next delivery
+    /// can run the function again.
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>>;
 
     /// Reads a record (strongly consistent where the backend offers it).
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>>;
@@ -155,19 +176,14 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     }
     fn complete<'a>(
         &'a self,
-        id: &'a str,
-        lease_token: &'a str,
+        claim: &'a Claim,
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        (**self).complete(id, lease_token, data, expiration)
+        (**self).complete(claim, data, expiration)
     }
-    fn release<'a>(
-        &'a self,
-        id: &'a str,
-        lease_token: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        (**self).release(id, lease_token)
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        (**self).release(claim)
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         (**self).get(id)

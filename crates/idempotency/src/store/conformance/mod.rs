@@ -19,9 +19,10 @@ pub mod model;
 use super::faulty::{Fault, FaultyStore};
 use super::{ClaimOutcome, IdempotencyStore, StoreOp};
 use crate::clock::TestClock;
-use crate::engine::{Idempotency, Operation, Outcome};
 use crate::error::{Error, ExecuteError};
+use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
+use crate::operation::{Operation, Outcome};
 use crate::record::{Claim, Status, epoch_secs};
 use serde_json::json;
 use std::sync::Arc;
@@ -70,6 +71,11 @@ fn claim_at(id: &str, now: SystemTime, lease: Duration, token: &str) -> Claim {
     }
 }
 
+/// The claim a completion or release names: its id and token (the rest is unused).
+fn lease(id: &str, token: &str) -> Claim {
+    claim_at(id, SystemTime::UNIX_EPOCH, Duration::ZERO, token)
+}
+
 fn now_ms() -> SystemTime {
     // Whole milliseconds, the precision stores keep.
     crate::record::from_epoch_millis(crate::record::epoch_millis(SystemTime::now()))
@@ -115,8 +121,7 @@ pub async fn completed_duplicate(store: &dyn IdempotencyStore) {
         .unwrap();
     store
         .complete(
-            &id,
-            "t1",
+            &lease(&id, "t1"),
             Some(r#"{"answer":42}"#),
             now + Duration::from_secs(3600),
         )
@@ -218,7 +223,7 @@ pub async fn expired_record(store: &dyn IdempotencyStore) {
         .await
         .unwrap();
     store
-        .complete(&id, "t1", Some("1"), now + Duration::from_secs(10))
+        .complete(&lease(&id, "t1"), Some("1"), now + Duration::from_secs(10))
         .await
         .unwrap();
     let outcome = store
@@ -244,7 +249,10 @@ pub async fn release_frees_the_key(store: &dyn IdempotencyStore) {
         .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
         .await
         .unwrap();
-    store.release(&id, "t1").await.expect("the owner releases");
+    store
+        .release(&lease(&id, "t1"))
+        .await
+        .expect("the owner releases");
     assert!(
         store.get(&id).await.unwrap().is_none(),
         "release deletes the record"
@@ -276,8 +284,7 @@ pub async fn fencing(store: &dyn IdempotencyStore) {
         .unwrap();
     let complete = store
         .complete(
-            &id,
-            "zombie",
+            &lease(&id, "zombie"),
             Some("\"stale\""),
             now + Duration::from_secs(60),
         )
@@ -286,7 +293,7 @@ pub async fn fencing(store: &dyn IdempotencyStore) {
         matches!(complete, Err(Error::LeaseLost { .. })),
         "a zombie's completion must be refused with LeaseLost, got {complete:?}"
     );
-    let release = store.release(&id, "zombie").await;
+    let release = store.release(&lease(&id, "zombie")).await;
     assert!(
         matches!(release, Err(Error::LeaseLost { .. })),
         "a zombie's release must be refused with LeaseLost, got {release:?}"
@@ -301,15 +308,16 @@ pub async fn fencing(store: &dyn IdempotencyStore) {
     assert_eq!(record.data, None);
     store
         .complete(
-            &id,
-            "owner",
+            &lease(&id, "owner"),
             Some("\"fresh\""),
             now + Duration::from_secs(60),
         )
         .await
         .expect("the owner completes");
     // Completion by a missing record is refused too.
-    let gone = store.release(&unique("never_claimed"), "owner").await;
+    let gone = store
+        .release(&lease(&unique("never_claimed"), "owner"))
+        .await;
     assert!(matches!(gone, Err(Error::LeaseLost { .. })), "got {gone:?}");
 }
 
@@ -354,7 +362,11 @@ pub async fn claim_boundaries(store: &dyn IdempotencyStore) {
         .await
         .unwrap();
     store
-        .complete(&id, "t1", Some("1"), second + Duration::from_secs(10))
+        .complete(
+            &lease(&id, "t1"),
+            Some("1"),
+            second + Duration::from_secs(10),
+        )
         .await
         .unwrap();
     let last_ms = second + Duration::from_millis(10_999);
@@ -444,7 +456,11 @@ pub async fn retried_claim_finds_its_own_record(store: &dyn IdempotencyStore) {
         "another token is refused, got {other:?}"
     );
     store
-        .complete(&id, "mine", Some("\"done\""), now + Duration::from_secs(60))
+        .complete(
+            &lease(&id, "mine"),
+            Some("\"done\""),
+            now + Duration::from_secs(60),
+        )
         .await
         .unwrap();
     let late = store.claim(&claim).await.unwrap();
@@ -468,7 +484,7 @@ pub async fn completion_is_repeatable_and_never_upserts(store: &dyn IdempotencyS
         .unwrap();
     for _ in 0..2 {
         store
-            .complete(&id, "t1", Some("7"), now + Duration::from_secs(60))
+            .complete(&lease(&id, "t1"), Some("7"), now + Duration::from_secs(60))
             .await
             .expect("a repeated completion succeeds");
     }
@@ -480,7 +496,11 @@ pub async fn completion_is_repeatable_and_never_upserts(store: &dyn IdempotencyS
 
     let missing = unique("never_claimed");
     let complete = store
-        .complete(&missing, "t1", Some("7"), now + Duration::from_secs(60))
+        .complete(
+            &lease(&missing, "t1"),
+            Some("7"),
+            now + Duration::from_secs(60),
+        )
         .await;
     assert!(
         matches!(complete, Err(Error::LeaseLost { .. })),
@@ -523,7 +543,7 @@ pub async fn payload_mismatch<S: IdempotencyStore + 'static>(store: S) {
     let op = Operation::new(op_name("mismatch"), KeyStrategy::field("id")).validate(["prompt"]);
     let first = json!({"id": "k", "prompt": "a"});
     let (v, _) = idempotency
-        .execute(&op, &first, None, || async {
+        .execute(&op, &first, || async {
             Ok::<_, Error>("first".to_string())
         })
         .await
@@ -531,7 +551,7 @@ pub async fn payload_mismatch<S: IdempotencyStore + 'static>(store: S) {
     assert_eq!(v, "first");
     let second = json!({"id": "k", "prompt": "b"});
     let result = idempotency
-        .execute(&op, &second, None, || async {
+        .execute(&op, &second, || async {
             Ok::<_, Error>("second".to_string())
         })
         .await;
@@ -553,7 +573,7 @@ pub async fn engine_replays_without_running<S: IdempotencyStore + 'static>(store
     for expected in [Outcome::Executed, Outcome::Replayed] {
         let calls = calls.clone();
         let (v, outcome) = idempotency
-            .execute(&op, &payload, None, || async move {
+            .execute(&op, &payload, || async move {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok::<_, Error>(vec![1u8, 2, 3])
             })
@@ -601,12 +621,12 @@ pub async fn store_errors_surface(
     check(
         "complete",
         store
-            .complete(&id, "t1", Some("1"), now + Duration::from_secs(60))
+            .complete(&lease(&id, "t1"), Some("1"), now + Duration::from_secs(60))
             .await
             .err(),
     );
     inject_failure(StoreOp::Release).await;
-    check("release", store.release(&id, "t1").await.err());
+    check("release", store.release(&lease(&id, "t1")).await.err());
     inject_failure(StoreOp::Get).await;
     check("get", store.get(&id).await.err());
     // The failed requests changed nothing.
@@ -639,7 +659,7 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
         let id = idempotency.idempotency_id(&op, &payload).unwrap();
         let calls = std::sync::atomic::AtomicU32::new(0);
         let result = idempotency
-            .execute(&op, &payload, None, || async {
+            .execute(&op, &payload, || async {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok::<_, Error>(format!("answer for {name}"))
             })
@@ -741,9 +761,7 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
     faulty.inject(StoreOp::Claim, Fault::Unavailable, 10);
     let payload = json!({"id": format!("throttled-{:016x}", fastrand::u64(..))});
     let result = idempotency
-        .execute(&op, &payload, None, || async {
-            Ok::<_, Error>(String::new())
-        })
+        .execute(&op, &payload, || async { Ok::<_, Error>(String::new()) })
         .await;
     assert!(
         matches!(
@@ -791,7 +809,7 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
     let payload = json!({"id": "k"});
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
-    let first = idempotency.execute(&op, &payload, None, || async move {
+    let first = idempotency.execute(&op, &payload, || async move {
         let _ = started_tx.send(());
         let _ = finish_rx.await;
         Ok::<_, Error>("first".to_string())
@@ -800,7 +818,7 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
         started_rx.await.expect("the first call started");
         clock.advance(Duration::from_secs(120));
         let second = idempotency
-            .execute(&op, &payload, None, || async {
+            .execute(&op, &payload, || async {
                 Ok::<_, Error>("second".to_string())
             })
             .await;
@@ -833,7 +851,7 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
         .build();
     let op = Operation::new(op_name("huge"), KeyStrategy::field("id"));
     let (value, outcome) = idempotency
-        .execute(&op, &payload, None, || async { Ok::<_, Error>(1u8) })
+        .execute(&op, &payload, || async { Ok::<_, Error>(1u8) })
         .await
         .expect("Duration::MAX settings work");
     assert_eq!((value, outcome), (1, Outcome::Executed));
@@ -851,7 +869,7 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
         ),
     ] {
         let result = idempotency
-            .execute(&op, &payload, None, || async {
+            .execute(&op, &payload, || async {
                 Ok::<_, Error>(unreachable_body())
             })
             .await;
@@ -865,7 +883,6 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
         .execute(
             &Operation::new("op", KeyStrategy::field("id")),
             &payload,
-            None,
             || async { Ok::<_, Error>(unreachable_body()) },
         )
         .await;

@@ -18,9 +18,10 @@
 
 use super::op_name;
 use crate::clock::{Clock, TestClock};
-use crate::engine::{Idempotency, Operation, Outcome};
 use crate::error::{Error, ExecuteError};
+use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
+use crate::operation::{Operation, Outcome};
 use crate::store::IdempotencyStore;
 use crate::store::StoreOp;
 use crate::store::faulty::{Fault, FaultyStore};
@@ -271,7 +272,7 @@ impl World {
         let index = Arc::new(Mutex::new(None::<usize>));
         let call = self
             .idempotency
-            .execute(&self.op, &payload, Some(deadline), || {
+            .execute_until(&self.op, &payload, deadline, || {
                 let index = index.clone();
                 async move {
                     *index.lock().unwrap() = Some(self.started(key, variant));

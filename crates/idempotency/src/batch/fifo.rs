@@ -1,0 +1,31 @@
+//! FIFO queues: records of one message group run in order, one after another.
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use std::collections::HashMap;
+
+/// Splits records into groups run one after another: FIFO message groups, or one group
+/// per record on a standard queue.
+pub(super) fn group_records(records: Vec<SqsMessage>) -> Vec<Vec<(usize, SqsMessage)>> {
+    let fifo = records
+        .first()
+        .and_then(|r| r.event_source_arn.as_deref())
+        .is_some_and(|arn| arn.ends_with(".fifo"));
+    if !fifo {
+        return records.into_iter().enumerate().map(|r| vec![r]).collect();
+    }
+    let mut order: Vec<Vec<(usize, SqsMessage)>> = Vec::new();
+    let mut by_group: HashMap<String, usize> = HashMap::new();
+    for (index, record) in records.into_iter().enumerate() {
+        let group = record
+            .attributes
+            .get("MessageGroupId")
+            .cloned()
+            .unwrap_or_default();
+        let slot = *by_group.entry(group).or_insert_with(|| {
+            order.push(Vec::new());
+            order.len() - 1
+        });
+        order[slot].push((index, record));
+    }
+    order
+}

@@ -1,0 +1,314 @@
+//! The handle users keep, and its builder.
+
+use crate::cache::CompletedCache;
+use crate::clock::Clock;
+use crate::config::{self, Config};
+use crate::engine::Claimed;
+use crate::error::{Error, ExecuteError};
+use crate::invocation;
+use crate::key::validation_hash;
+use crate::operation::{Operation, Outcome};
+use crate::retry::MIN_ATTEMPT_TIMEOUT;
+use crate::store::IdempotencyStore;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tracing::{Instrument, info_span, warn};
+
+/// The handle users keep: a store, settings and the optional local cache. Cheap to clone
+/// and safe to share between concurrent invocations.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
+/// use serde_json::json;
+///
+/// let idempotency = Idempotency::new(MemoryStore::new());
+/// let op = Operation::new("greet", KeyStrategy::field("id"));
+/// let payload = json!({"id": "42", "name": "Ada"});
+///
+/// let first: Result<String, lambda_idempotency::Error> = idempotency
+///     .run(&op, &payload, || async { Ok(format!("hello {}", payload["name"])) })
+///     .await;
+/// let second: Result<String, lambda_idempotency::Error> = idempotency
+///     .run(&op, &payload, || async { unreachable!("a duplicate never runs") })
+///     .await;
+/// assert_eq!(first.unwrap(), second.unwrap());
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Idempotency {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn IdempotencyStore>,
+    pub(crate) config: Config,
+    pub(crate) cache: Option<CompletedCache>,
+}
+
+impl fmt::Debug for Idempotency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("store", &self.inner.store)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// Builds an [`Idempotency`] handle.
+#[derive(Debug)]
+pub struct IdempotencyBuilder {
+    store: Arc<dyn IdempotencyStore>,
+    config: Config,
+}
+
+impl IdempotencyBuilder {
+    /// How long records count. Default: 15 days, SQS's longest retention plus a day;
+    /// see [`expiry_for_queue`](crate::expiry_for_queue). A record never expires before
+    /// its lease ends, however short this is. Times past the year 2500 are capped there.
+    pub fn expires_after(mut self, expiry: Duration) -> Self {
+        self.config.expires_after = expiry;
+        self
+    }
+
+    /// A fixed lease, instead of the invocation's deadline.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = Some(lease);
+        self
+    }
+
+    /// The first part of stored ids. Default: `AWS_LAMBDA_FUNCTION_NAME`, or `local`.
+    /// It must contain neither `.` nor `#` (Lambda's function names never do).
+    pub fn function_name(mut self, name: impl Into<String>) -> Self {
+        self.config.function_name = name.into();
+        self
+    }
+
+    /// Keeps up to `capacity` completed records in memory to answer duplicates without a
+    /// store request. Off by default.
+    pub fn local_cache(mut self, capacity: usize) -> Self {
+        self.config.local_cache_capacity = capacity;
+        self
+    }
+
+    /// Claim attempts when the record keeps changing. Default 3.
+    pub fn max_claim_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_claim_attempts = attempts.max(1);
+        self
+    }
+
+    /// Attempts of a store request on retryable errors. Default 3.
+    pub fn max_store_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_store_attempts = attempts.max(1);
+        self
+    }
+
+    /// The longest one store request may take before it is abandoned and retried. Default
+    /// 2 s (DynamoDB answers in milliseconds).
+    pub fn store_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.config.store_attempt_timeout = timeout.max(MIN_ATTEMPT_TIMEOUT);
+        self
+    }
+
+    /// Where the engine reads the time ([`TestClock`](crate::clock::TestClock) in tests).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.config.clock = Arc::new(clock);
+        self
+    }
+
+    /// Runs functions without idempotency (default: the `POWERTOOLS_IDEMPOTENCY_DISABLED`
+    /// environment variable).
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.config.disabled = disabled;
+        self
+    }
+
+    /// The handle.
+    pub fn build(self) -> Idempotency {
+        if self.config.disabled {
+            warn!(
+                env = config::DISABLED_ENV,
+                "IDEMPOTENCY IS DISABLED: every message runs its function, duplicates included"
+            );
+        }
+        let cache = (self.config.local_cache_capacity > 0)
+            .then(|| CompletedCache::new(self.config.local_cache_capacity));
+        Idempotency {
+            inner: Arc::new(Inner {
+                store: self.store,
+                config: self.config,
+                cache,
+            }),
+        }
+    }
+}
+
+impl Idempotency {
+    /// A handle with default settings.
+    pub fn new(store: impl IdempotencyStore + 'static) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// A builder, to change settings.
+    pub fn builder(store: impl IdempotencyStore + 'static) -> IdempotencyBuilder {
+        IdempotencyBuilder {
+            store: Arc::new(store),
+            config: Config::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.inner.store
+    }
+
+    /// The stored id for `payload` under `op`: `{prefix}#{key}`.
+    pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
+        let id = op.stored_id(&self.inner.config.function_name, payload)?;
+        let max = self.inner.store.limits().max_id_bytes;
+        if id.len() > max {
+            let mut cut = 64;
+            while !id.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            return Err(Error::KeyTooLong {
+                key_prefix: id[..cut].to_owned(),
+                len: id.len(),
+                max,
+            });
+        }
+        Ok(id)
+    }
+
+    /// Runs `f` at most once per key, folding errors into the function's error type.
+    ///
+    /// The lease comes from the enclosing invocation (see [`with_context`](crate::with_context)),
+    /// the fixed lease setting, or 15 minutes (Lambda's longest timeout).
+    pub async fn run<P, T, E, F, Fut>(&self, op: &Operation, payload: &P, f: F) -> Result<T, E>
+    where
+        P: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: From<Error> + fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.execute(op, payload, f)
+            .await
+            .map(|(value, _)| value)
+            .map_err(ExecuteError::into_inner)
+    }
+
+    /// Runs `f` at most once per key and says how the call was answered.
+    ///
+    /// - a free key is claimed (one conditional write), `f` runs, its result is stored;
+    /// - a completed key returns the stored result, `f` does not run;
+    /// - a key in progress elsewhere is [`Error::AlreadyInProgress`]: redeliver later;
+    /// - an expired record or a passed lease is taken over and `f` runs;
+    /// - if `f` fails the claim is released and `f`'s error is returned.
+    ///
+    /// The lease ends with the enclosing invocation (set by [`SqsBatch`](crate::SqsBatch)
+    /// or [`with_context`](crate::with_context)), unless a fixed lease is configured; see
+    /// [`execute_until`](Self::execute_until) to give the deadline yourself.
+    pub async fn execute<P, T, E, F, Fut>(
+        &self,
+        op: &Operation,
+        payload: &P,
+        f: F,
+    ) -> Result<(T, Outcome), ExecuteError<E>>
+    where
+        P: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let payload = to_json(payload).map_err(ExecuteError::Idempotency)?;
+        self.execute_inner(op, &payload, None, f).await
+    }
+
+    /// Like [`execute`](Self::execute), within an invocation that ends at `deadline`: the
+    /// lease ends then (unless a fixed lease is configured).
+    pub async fn execute_until<P, T, E, F, Fut>(
+        &self,
+        op: &Operation,
+        payload: &P,
+        deadline: SystemTime,
+        f: F,
+    ) -> Result<(T, Outcome), ExecuteError<E>>
+    where
+        P: Serialize + ?Sized,
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let payload = to_json(payload).map_err(ExecuteError::Idempotency)?;
+        self.execute_inner(op, &payload, Some(deadline), f).await
+    }
+
+    /// The call itself, on a payload already in JSON form. `None` takes the enclosing
+    /// invocation's deadline, if any.
+    pub(crate) async fn execute_inner<T, E, F, Fut>(
+        &self,
+        op: &Operation,
+        payload: &Value,
+        deadline: Option<SystemTime>,
+        f: F,
+    ) -> Result<(T, Outcome), ExecuteError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        if self.inner.config.disabled {
+            warn!(
+                operation = op.name,
+                "idempotency disabled: running unprotected"
+            );
+            return f()
+                .await
+                .map(|v| (v, Outcome::Disabled))
+                .map_err(ExecuteError::Function);
+        }
+        let id = self
+            .idempotency_id(op, payload)
+            .map_err(ExecuteError::Idempotency)?;
+        let deadline = deadline.or_else(invocation::current_deadline);
+        let span = info_span!("idempotency", key = %id, operation = %op.name);
+        async move {
+            let validation = op
+                .validation
+                .as_deref()
+                .map(|fields| validation_hash(payload, fields));
+            match self
+                .claim(&id, validation, deadline)
+                .await
+                .map_err(ExecuteError::Idempotency)?
+            {
+                Claimed::Stored(value) => Ok((value, Outcome::Replayed)),
+                Claimed::Cached(value) => Ok((value, Outcome::ReplayedFromCache)),
+                Claimed::Run { claim, took_over } => {
+                    let result = f().await;
+                    self.finish(&claim, result, took_over).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// The payload as JSON, the form keys and validation hashes are read from.
+pub(crate) fn to_json<P: Serialize + ?Sized>(payload: &P) -> Result<Value, Error> {
+    serde_json::to_value(payload).map_err(|e| Error::InvalidKey {
+        reason: "the payload does not serialize to JSON".into(),
+        source: Some(Box::new(e)),
+    })
+}

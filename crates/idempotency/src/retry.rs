@@ -1,0 +1,74 @@
+//! Store requests under a deadline: attempts cut off by a timeout, retried with backoff
+//! on retryable errors, never past the lease's cutoff.
+
+use crate::clock;
+use crate::config;
+use crate::error::Error;
+use crate::handle::Idempotency;
+use crate::record::Claim;
+use crate::store::BoxFuture;
+use std::time::{Duration, SystemTime};
+use tracing::warn;
+
+/// The shortest time given to one store attempt, even when the cutoff has passed: a
+/// result already paid for gets one real try, and the batch's own deadline still bounds
+/// the invocation.
+pub(crate) const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(100);
+
+impl Idempotency {
+    /// Runs one store request up to `max_attempts` times on retryable errors, with
+    /// backoff. Every attempt is cut off after the attempt timeout or at `cutoff`,
+    /// whichever comes first (a timed-out attempt is a retryable error: it may have been
+    /// applied, which the store's own-token conditions make safe to repeat), and no
+    /// retry starts past `cutoff`. The engine is the only retrier: it knows the deadline.
+    pub(crate) async fn retry<'a, R>(
+        &self,
+        cutoff: SystemTime,
+        max_attempts: u32,
+        mut op: impl FnMut() -> BoxFuture<'a, Result<R, Error>>,
+    ) -> Result<R, Error> {
+        let mut backoff = config::BASE_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let left = clock::until(self.now(), cutoff);
+            let timeout = self
+                .inner
+                .config
+                .store_attempt_timeout
+                .min(left)
+                .max(MIN_ATTEMPT_TIMEOUT);
+            let result = match tokio::time::timeout(timeout, op()).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::store(
+                    self.inner.store.name(),
+                    true,
+                    format!("no answer within {timeout:?}; the request may have been applied"),
+                )),
+            };
+            match result {
+                Err(err) if err.is_retryable_store_error() && attempt < max_attempts => {
+                    let sleep = jitter(backoff);
+                    if clock::add(self.now(), sleep) >= cutoff {
+                        return Err(err);
+                    }
+                    warn!(error = %err, attempt, "store request failed; retrying");
+                    tokio::time::sleep(sleep).await;
+                    backoff = (backoff * 2).min(config::MAX_BACKOFF);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// When store requests for `claim` stop: shortly before its lease ends, leaving the
+/// handler time to answer Lambda before the invocation's deadline.
+pub(crate) fn store_cutoff(claim: &Claim) -> SystemTime {
+    let lease = clock::until(claim.now, claim.lease_until);
+    claim.lease_until - config::COMPLETION_MARGIN.min(lease / 10)
+}
+
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.5 + fastrand::f64() * 0.5)
+}

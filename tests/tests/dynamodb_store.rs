@@ -453,3 +453,41 @@ async fn custom_attribute_names_count_toward_the_size_limit() {
         "{again:?}"
     );
 }
+
+/// An in-progress item whose lease attribute is NULL (another writer's) is read as having
+/// no lease, held until it expires; the claim condition agrees, so once expired it is
+/// claimed instead of failing every delivery with InconsistentState.
+#[tokio::test]
+async fn an_expired_in_progress_item_with_a_null_lease_is_claimable() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let (table, store) = store("null-lease").await;
+    let idem = Idempotency::new(store);
+    let id = idem.idempotency_id(&op(), &payload("n")).unwrap();
+    let put = |expiration: &str| {
+        table
+            .client
+            .put_item()
+            .table_name(&table.name)
+            .item("id", AttributeValue::S(id.clone()))
+            .item("status", AttributeValue::S("INPROGRESS".into()))
+            .item("expiration", AttributeValue::N(expiration.into()))
+            .item("in_progress_expiration", AttributeValue::Null(true))
+            .send()
+    };
+    put("9999999999").await.unwrap();
+    let calls = AtomicU32::new(0);
+    let held = call(&idem, &payload("n"), &calls).await;
+    assert!(
+        matches!(
+            held,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "not expired: held, {held:?}"
+    );
+    put("1").await.unwrap();
+    let (_, outcome) = call(&idem, &payload("n"), &calls)
+        .await
+        .expect("expired since 1970 without a lease: claimable");
+    assert_eq!(outcome, Outcome::TookOver);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

@@ -24,10 +24,11 @@ pub(crate) const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
 /// the SDK's own retries, and never past the lease.
 pub(crate) const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
 
-/// Completion retries stop this long before the lease ends (or a tenth of the lease, if
+/// Store retries stop this long before the lease ends (or a tenth of the lease, if
 /// shorter), leaving the record to be taken over: time for the handler to answer Lambda
-/// before the invocation's deadline.
-pub(crate) const COMPLETION_MARGIN: Duration = Duration::from_secs(1);
+/// before the invocation's deadline. Just over `SqsBatch`'s own margin (500 ms), so a
+/// result that arrives late still gets every attempt the batch can wait for.
+pub(crate) const COMPLETION_MARGIN: Duration = Duration::from_millis(600);
 
 /// The longest one store request may take before it is abandoned (and retried, within
 /// the lease). DynamoDB answers in milliseconds; a request without an answer after this

@@ -238,8 +238,11 @@ impl Idempotency {
     }
 
     fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
+        // A lease never outlives its invocation: nothing runs past the deadline, and the
+        // store retries stop at the lease's cutoff.
         let until = match (self.inner.config.lease, deadline) {
-            (Some(lease), _) => clock::add(now, lease),
+            (Some(lease), Some(deadline)) => clock::add(now, lease).min(deadline),
+            (Some(lease), None) => clock::add(now, lease),
             (None, Some(deadline)) => deadline.min(clock::far_future()),
             (None, None) => clock::add(now, config::DEFAULT_LEASE),
         };

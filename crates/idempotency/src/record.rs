@@ -171,13 +171,15 @@ pub fn epoch_millis(t: SystemTime) -> u64 {
 }
 
 /// The inverse of [`epoch_secs`].
+/// Values past the year 2500 are capped there, never a panic.
 pub fn from_epoch_secs(secs: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(secs)
+    crate::clock::add(UNIX_EPOCH, Duration::from_secs(secs))
 }
 
 /// The inverse of [`epoch_millis`].
+/// Values past the year 2500 are capped there, never a panic.
 pub fn from_epoch_millis(millis: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(millis)
+    crate::clock::add(UNIX_EPOCH, Duration::from_millis(millis))
 }
 
 /// A token unique to this claim: 64 random bits, this process's start time and a counter.

@@ -420,3 +420,38 @@ async fn claim_retries_throttling_within_bounds() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1, "no call without a claim");
 }
+
+/// A fixed lease longer than the invocation has left is cut at the deadline: store
+/// retries never outlive the invocation (Lambda would kill it, losing its answer).
+#[tokio::test(start_paused = true)]
+async fn a_fixed_lease_never_outlives_the_invocation() {
+    use lambda_idempotency::clock::Clock;
+    use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+    let store = FaultyStore::new(MemoryStore::new());
+    store.inject(StoreOp::Complete, Fault::Unavailable, 100_000);
+    let clock = paused_clock();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_secs(900))
+        .clock(clock.clone())
+        .build();
+    let deadline = clock.now() + Duration::from_secs(5);
+    let started = tokio::time::Instant::now();
+    let (_, outcome) = idem
+        .execute_until(&op(), &payload("f"), deadline, || async {
+            Ok::<_, String>("answer".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::ExecutedUnstored);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5) - Duration::from_millis(500),
+        "the call returned {took:?} after it started, not before its 5 s deadline"
+    );
+    let record = store.inner().record("local.generate#f").unwrap();
+    assert_eq!(
+        record.in_progress_expiration,
+        Some(deadline),
+        "the lease is the deadline, not 900 s"
+    );
+}

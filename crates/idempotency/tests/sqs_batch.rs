@@ -382,3 +382,45 @@ async fn a_stuck_record_is_reported_unfinished_before_the_deadline_and_the_rest_
         json!({"batchItemFailures": [{"itemIdentifier": "stuck"}]})
     );
 }
+
+/// FIFO: a record that finished before its group-mate got stuck keeps its own answer when
+/// the deadline cuts the batch; only the stuck one is reported unfinished.
+#[tokio::test]
+async fn a_stuck_fifo_record_never_turns_its_finished_group_mates_into_failures() {
+    let idempotency = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let mut context = Context::default();
+    let start = std::time::SystemTime::now();
+    context.deadline = lambda_idempotency::store::epoch_millis(start) + 1_500;
+    let arn = "arn:aws:sqs:us-east-1:123456789012:requests.fifo";
+    let payload: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "done", "body": "{\"id\": \"a\", \"hang\": false}",
+         "eventSourceARN": arn, "attributes": {"MessageGroupId": "g"}},
+        {"messageId": "stuck", "body": "{\"id\": \"b\", \"hang\": true}",
+         "eventSourceARN": arn, "attributes": {"MessageGroupId": "g"}},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .report_json(LambdaEvent::new(payload, context), |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                idempotency
+                    .run(op, &body, || async {
+                        if body["hang"] == json!(true) {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, lambda_runtime::Error>(())
+                    })
+                    .await
+            }
+        })
+        .await;
+    let kinds: Vec<_> = report
+        .records
+        .iter()
+        .map(|r| r.result.as_ref().map(|_| ()).map_err(|f| f.kind))
+        .collect();
+    assert_eq!(kinds, vec![Ok(()), Err(FailureKind::Unfinished)]);
+}

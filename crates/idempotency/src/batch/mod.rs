@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tracing::warn;
 
@@ -205,16 +206,14 @@ impl SqsBatch {
             records.iter().map(|r| r.message_id.clone()).collect();
         let groups = fifo::group_records(records);
         let handler = &handler;
-        let mut slots: Vec<Option<RecordReport<T>>> = message_ids.iter().map(|_| None).collect();
+        // Each record's report lands as soon as it is known, so a stuck record never turns
+        // its finished FIFO group-mates into unfinished ones when the deadline cuts in.
+        let slots: Mutex<Vec<Option<RecordReport<T>>>> =
+            Mutex::new(message_ids.iter().map(|_| None).collect());
         let work = futures_util::stream::iter(groups)
-            .map(|group| record::run_group(group, handler))
+            .map(|group| record::run_group(group, handler, &slots))
             .buffer_unordered(self.max_concurrency)
-            .for_each(|done| {
-                for (index, report) in done {
-                    slots[index] = Some(report);
-                }
-                std::future::ready(())
-            });
+            .for_each(|()| std::future::ready(()));
         let work = invocation::with_deadline(deadline, work);
         match deadline {
             Some(deadline) => {
@@ -233,6 +232,8 @@ impl SqsBatch {
         }
         BatchReport {
             records: slots
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
                 .into_iter()
                 .zip(message_ids)
                 .map(|(slot, message_id)| slot.unwrap_or_else(|| record::unfinished(message_id)))

@@ -7,18 +7,18 @@ use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
 use tracing::{Instrument, info, info_span, warn};
 
 pub(super) async fn run_group<T, E, F, Fut>(
     group: Vec<(usize, SqsMessage)>,
     handler: &F,
-) -> Vec<(usize, RecordReport<T>)>
-where
+    slots: &Mutex<Vec<Option<RecordReport<T>>>>,
+) where
     F: Fn(SqsMessage) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    let mut done = Vec::with_capacity(group.len());
     let mut failed_before: Option<String> = None;
     for (index, message) in group {
         let message_id = message.message_id.clone();
@@ -42,9 +42,9 @@ where
         if result.is_err() && failed_before.is_none() {
             failed_before = Some(id_text);
         }
-        done.push((index, RecordReport { message_id, result }));
+        let report = RecordReport { message_id, result };
+        slots.lock().unwrap_or_else(|p| p.into_inner())[index] = Some(report);
     }
-    done
 }
 
 async fn run_record<T, E, F, Fut>(message: SqsMessage, handler: &F) -> Result<T, RecordFailure>

@@ -49,12 +49,15 @@ use std::time::SystemTime;
 
 const BACKEND: &str = "dynamodb";
 
-/// The claim's condition. `#ipe < :now_ms` is false when the attribute is absent, so an
-/// in-progress record without a lease is held until it expires.
+/// The claim's condition. `#ipe < :now_ms` is false when the attribute is absent or not a
+/// number, so an in-progress record without a lease (absent, or `NULL`, as [`parse`]
+/// reads both) is held until it expires, exactly as [`Record::is_claimable_at`] says.
+///
+/// [`parse`]: DynamoDbStore::from_item
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
     OR (#status = :inprogress AND #ipe < :now_ms) \
     OR (#status = :inprogress AND #tok = :tok) \
-    OR (#exp < :now_s AND NOT (#status = :inprogress AND attribute_exists(#ipe)))";
+    OR (#exp < :now_s AND NOT (#status = :inprogress AND attribute_type(#ipe, :number)))";
 
 /// The SDK client settings this store expects: no SDK retries (the engine retries within
 /// the lease) and bounded connects and attempts (a stalled request must not hold the
@@ -179,6 +182,7 @@ impl DynamoDbStore {
             .expression_attribute_names("#ipe", &n.in_progress_expiration)
             .expression_attribute_values(":now_s", secs(claim.now))
             .expression_attribute_values(":now_ms", millis(claim.now))
+            .expression_attribute_values(":number", AttributeValue::S("N".into()))
             .expression_attribute_values(":tok", AttributeValue::S(claim.lease_token.clone()))
             .expression_attribute_values(
                 ":inprogress",
@@ -346,17 +350,21 @@ impl DynamoDbStore {
             )
         };
         let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let number = |name: &str| -> Result<Option<u64>, Error> {
+        // Times past the year 2500 are no record of ours: malformed, not a panic later.
+        let number = |name: &str, max: u64| -> Result<Option<u64>, Error> {
             match item.get(name) {
                 None | Some(AttributeValue::Null(_)) => Ok(None),
                 Some(v) => v
                     .as_n()
                     .ok()
                     .and_then(|s| s.parse::<u64>().ok())
+                    .filter(|n| *n <= max)
                     .map(Some)
-                    .ok_or_else(|| malformed(&format!("{name} is not a whole number"))),
+                    .ok_or_else(|| malformed(&format!("{name} is not a whole number up to {max}"))),
             }
         };
+        let max_secs = epoch_secs(crate::clock::far_future());
+        let max_millis = epoch_millis(crate::clock::far_future());
         Ok(Record {
             id: string(&n.id).ok_or_else(|| malformed("no id"))?,
             status: string(&n.status)
@@ -364,9 +372,10 @@ impl DynamoDbStore {
                 .parse()
                 .map_err(|e: crate::record::UnknownStatus| malformed(&e.to_string()))?,
             expiration: from_epoch_secs(
-                number(&n.expiration)?.ok_or_else(|| malformed("no expiration"))?,
+                number(&n.expiration, max_secs)?.ok_or_else(|| malformed("no expiration"))?,
             ),
-            in_progress_expiration: number(&n.in_progress_expiration)?.map(from_epoch_millis),
+            in_progress_expiration: number(&n.in_progress_expiration, max_millis)?
+                .map(from_epoch_millis),
             data: string(&n.data),
             validation: string(&n.validation),
             lease_token: string(&n.lease_token),
@@ -466,5 +475,47 @@ impl IdempotencyStore for DynamoDbStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.get_once(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> DynamoDbStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        DynamoDbStore::new(Client::from_conf(config), "t")
+    }
+
+    #[test]
+    fn a_huge_stored_time_is_a_malformed_item_not_a_panic() {
+        for (name, value) in [
+            ("expiration", "18446744073709551615"),
+            ("in_progress_expiration", "18446744073709551615"),
+        ] {
+            let mut item: HashMap<String, AttributeValue> = [
+                ("id", AttributeValue::S("local.op#k".into())),
+                ("status", AttributeValue::S("INPROGRESS".into())),
+                ("expiration", AttributeValue::N("1".into())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            item.insert(name.into(), AttributeValue::N(value.into()));
+            let parsed = store().from_item(&item);
+            assert!(
+                matches!(
+                    parsed,
+                    Err(Error::Store {
+                        retryable: false,
+                        ..
+                    })
+                ),
+                "{name} = {value}: {parsed:?}"
+            );
+        }
     }
 }

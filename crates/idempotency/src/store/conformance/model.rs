@@ -34,9 +34,10 @@ use std::time::{Duration, SystemTime};
 /// Every invocation's length: the lease, since the engine takes the deadline as lease.
 pub const INVOCATION: Duration = Duration::from_secs(10);
 
-/// The longest a claim can take under the faults generated here (three attempts cut at
-/// the attempt timeout, with backoff): an execution's lease ends no earlier than its
-/// start plus [`INVOCATION`] minus this.
+/// Steps after which the window of keys moves on by one.
+const KEY_WINDOW_STEPS: usize = 6;
+
+/// Time given, once faults stop, for every lease to end.
 const CLAIM_SLACK: Duration = Duration::from_secs(2);
 
 /// The store attempt timeout the histories run with.
@@ -83,13 +84,16 @@ pub enum Act {
     Crash,
 }
 
-/// A seeded random history of `len` steps over `keys` keys.
+/// A seeded random history of `len` steps. Keys come from a window of `keys` that slides
+/// every few steps, so fresh keys keep meeting crashes, faults and lease ends (a key,
+/// once completed, only replays).
 pub fn history(seed: u64, keys: u8, len: usize) -> Vec<Step> {
     let mut rng = fastrand::Rng::with_seed(seed);
     (0..len)
-        .map(|_| match rng.u8(0..20) {
+        .map(|i| (i, (i / KEY_WINDOW_STEPS) as u8))
+        .map(|(_, base)| match rng.u8(0..20) {
             0..=11 => Step::Deliver {
-                key: rng.u8(0..keys),
+                key: base + rng.u8(0..keys),
                 variant: u8::from(rng.u8(0..10) == 0),
                 act: match rng.u8(0..10) {
                     0 => Act::Fail,
@@ -110,10 +114,12 @@ pub fn history(seed: u64, keys: u8, len: usize) -> Vec<Step> {
                 }),
             },
             12..=14 => Step::Race {
-                key: rng.u8(0..keys),
+                key: base + rng.u8(0..keys),
                 copies: rng.u8(2..5),
             },
-            15..=17 => Step::Advance(Duration::from_millis(rng.u64(100..2_000))),
+            15 | 16 => Step::Advance(Duration::from_millis(rng.u64(100..2_000))),
+            // Around a lease's end: the window where a takeover is wrong, then right.
+            17 | 18 => Step::Advance(INVOCATION - Duration::from_millis(rng.u64(0..3_000))),
             _ => Step::Advance(INVOCATION + Duration::from_millis(rng.u64(0..3_000))),
         })
         .collect()
@@ -139,13 +145,15 @@ enum Ended {
 struct Execution {
     variant: u8,
     started: SystemTime,
+    /// The end of its lease: its delivery's deadline (the engine's lease, exactly).
+    lease_end: SystemTime,
     ended: Ended,
 }
 
 #[derive(Debug, Default)]
 struct Log {
     executions: HashMap<u8, Vec<Execution>>,
-    /// Start times of deliveries that may have left a claim behind.
+    /// Lease ends of deliveries that may have left a claim behind.
     may_hold: HashMap<u8, Vec<SystemTime>>,
     violations: Vec<String>,
 }
@@ -159,6 +167,8 @@ where
 {
     let keys = 3;
     let history = history(seed, keys, steps);
+    // MODEL_TRACE=1 prints every step and its answer, to read a failing seed.
+    let trace = std::env::var_os("MODEL_TRACE").is_some();
     let faulty = FaultyStore::new(store);
     let clock = TestClock::new(SystemTime::now());
     let idempotency = Idempotency::builder(faulty.clone())
@@ -188,9 +198,12 @@ where
                 if let Some((op, fault)) = fault {
                     faulty.inject(*op, *fault, 1);
                 }
-                let _ = world
+                let outcome = world
                     .deliver(*key, *variant, *act, fault.is_some(), false)
                     .await;
+                if trace {
+                    eprintln!("{i:3} {step:?} -> {outcome:?}");
+                }
                 faulty.clear_faults();
             }
             Step::Race { key, copies } => {
@@ -199,7 +212,12 @@ where
                     (0..*copies).map(|_| world.deliver(*key, variant, Act::Succeed, false, true));
                 futures_util::future::join_all(calls).await;
             }
-            Step::Advance(by) => world.clock.advance(*by),
+            Step::Advance(by) => {
+                world.clock.advance(*by);
+                if trace {
+                    eprintln!("{i:3} {step:?}");
+                }
+            }
         }
         let violations = std::mem::take(&mut log.lock().unwrap().violations);
         if !violations.is_empty() {
@@ -214,7 +232,8 @@ where
     // leaves it completed (with its own result, or another variant's: a mismatch).
     faulty.clear_faults();
     world.clock.advance(INVOCATION + CLAIM_SLACK);
-    for key in 0..keys {
+    let all_keys = keys + (steps / KEY_WINDOW_STEPS) as u8;
+    for key in 0..all_keys {
         let variant = world.first_variant(key);
         let outcome = world
             .deliver(key, variant, Act::Succeed, false, false)
@@ -275,7 +294,7 @@ impl World {
             .execute_until(&self.op, &payload, deadline, || {
                 let index = index.clone();
                 async move {
-                    *index.lock().unwrap() = Some(self.started(key, variant));
+                    *index.lock().unwrap() = Some(self.started(key, variant, deadline));
                     match act {
                         Act::Succeed => Ok(format!("k{key}:v{variant}")),
                         Act::Fail => Err("the function failed".to_string()),
@@ -290,7 +309,7 @@ impl World {
                     if let Some(i) = *index.lock().unwrap() {
                         self.ended(key, i, Ended::Killed);
                     }
-                    self.may_hold(key, start_time);
+                    self.may_hold(key, deadline);
                     return Err("killed".into());
                 }
             }
@@ -316,11 +335,12 @@ impl World {
         }
         // (f) "In progress" only while someone else may hold the key.
         if let Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. })) = &result {
-            let held = log.may_hold.get(&key).is_some_and(|starts| {
-                starts
-                    .iter()
-                    .any(|t| start_time <= *t + INVOCATION + CLAIM_SLACK)
-            });
+            // A claim is live at this delivery's claim only if its lease ends after the
+            // delivery started.
+            let held = log
+                .may_hold
+                .get(&key)
+                .is_some_and(|ends| ends.iter().any(|end| *end >= start_time));
             if !held && !racing {
                 let first = log
                     .executions
@@ -338,7 +358,7 @@ impl World {
             || matches!(&result, Err(ExecuteError::Idempotency(e))
                 if !matches!(e, Error::AlreadyInProgress { .. } | Error::PayloadMismatch { .. }));
         if holds {
-            log.may_hold.entry(key).or_default().push(start_time);
+            log.may_hold.entry(key).or_default().push(deadline);
         }
         drop(log);
         match result {
@@ -382,13 +402,14 @@ impl World {
     }
 
     /// Records an execution's start and checks (a) and (b) against the earlier ones.
-    fn started(&self, key: u8, variant: u8) -> usize {
+    fn started(&self, key: u8, variant: u8, lease_end: SystemTime) -> usize {
         let now = self.clock.now();
         let mut log = self.log.lock().unwrap();
         let mut problems = Vec::new();
         let executions = log.executions.entry(key).or_default();
         if let Some(previous) = executions.last() {
-            let lease_over = now >= previous.started + INVOCATION - CLAIM_SLACK;
+            // Claimable only once the clock has passed the lease's last millisecond.
+            let lease_over = now > previous.lease_end;
             let justified = match previous.ended {
                 // (a) Two executions at once.
                 Ended::Running => false,
@@ -414,6 +435,7 @@ impl World {
         executions.push(Execution {
             variant,
             started: now,
+            lease_end,
             ended: Ended::Running,
         });
         let index = executions.len() - 1;
@@ -421,9 +443,9 @@ impl World {
         index
     }
 
-    fn may_hold(&self, key: u8, since: SystemTime) {
+    fn may_hold(&self, key: u8, lease_end: SystemTime) {
         let mut log = self.log.lock().unwrap();
-        log.may_hold.entry(key).or_default().push(since);
+        log.may_hold.entry(key).or_default().push(lease_end);
     }
 
     fn ended(&self, key: u8, index: usize, ended: Ended) {

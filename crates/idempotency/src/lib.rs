@@ -35,6 +35,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(hidden)]
 #[path = "macro_support.rs"]
@@ -69,9 +70,11 @@ pub use handle::{Idempotency, IdempotencyBuilder};
 pub use invocation::{current_deadline, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
 pub use operation::{Operation, Outcome};
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;
 pub use store::memory::MemoryStore;

@@ -62,6 +62,8 @@ pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
 /// The SDK client settings this store expects: no SDK retries (the engine retries within
 /// the lease) and bounded connects and attempts (a stalled request must not hold the
 /// invocation until Lambda kills it).
+#[cfg(feature = "aws-config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "aws-config")))]
 pub fn client_config(loader: aws_config::ConfigLoader) -> aws_config::ConfigLoader {
     use aws_config::retry::RetryConfig;
     use aws_config::timeout::TimeoutConfig;
@@ -140,6 +142,8 @@ impl DynamoDbStore {
     /// A store on `table` with a client configured from the environment (region,
     /// credentials, `AWS_ENDPOINT_URL`), as `aws_config::load_defaults` does, with the
     /// SDK's retries off and attempt timeouts set ([`client_config`]): the engine retries.
+    #[cfg(feature = "aws-config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws-config")))]
     pub async fn from_env(table: impl Into<String>) -> Self {
         Self::from_loader(
             aws_config::defaults(aws_config::BehaviorVersion::latest()),
@@ -150,6 +154,8 @@ impl DynamoDbStore {
 
     /// Like [`from_env`](Self::from_env), from a loader you set up (a profile, a region,
     /// an endpoint): [`client_config`] is applied on top.
+    #[cfg(feature = "aws-config")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws-config")))]
     pub async fn from_loader(loader: aws_config::ConfigLoader, table: impl Into<String>) -> Self {
         let config = client_config(loader).load().await;
         Self::new(Client::new(&config), table)

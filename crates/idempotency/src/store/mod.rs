@@ -19,8 +19,10 @@ use std::pin::Pin;
 use std::time::SystemTime;
 
 #[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 pub mod faulty;
 pub mod memory;

@@ -1,5 +1,7 @@
 //! Configuration from the environment, checked before any message is touched.
 
+use crate::secret::{self, SECRET_ARN_ENV};
+use aws_config::SdkConfig;
 use lambda_idempotency::expiry_for_queue;
 use std::fmt;
 use std::time::Duration;
@@ -25,8 +27,13 @@ pub struct WorkerConfig {
     pub store: StoreChoice,
     /// `MODEL_BASE_URL`, e.g. `https://api.openai.com` (no trailing `/v1`).
     pub model_base_url: String,
-    /// `MODEL_API_KEY`, sent as a bearer token when set.
+    /// The bearer token sent to the provider: `MODEL_API_KEY` (local runs), or, once
+    /// [`WorkerConfig::read_secrets`] has run, the value of the secret at
+    /// `MODEL_API_KEY_SECRET_ARN`.
     pub model_api_key: Option<String>,
+    /// `MODEL_API_KEY_SECRET_ARN`: the Secrets Manager secret holding the API key (a
+    /// deployed function's way), read once at start-up by [`WorkerConfig::read_secrets`].
+    pub model_api_key_secret_arn: Option<String>,
     /// Record expiry: `IDEMPOTENCY_EXPIRES_AFTER_SECONDS`, or derived from the queue's
     /// settings (`IDEMPOTENCY_QUEUE_RETENTION_SECONDS`, `IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT`,
     /// `IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS`, as the SAM template passes them):
@@ -120,15 +127,54 @@ impl WorkerConfig {
                 None
             }
         };
+        let model_api_key = get("MODEL_API_KEY");
+        let model_api_key_secret_arn = get(SECRET_ARN_ENV);
+        if let Some(arn) = &model_api_key_secret_arn {
+            if !secret::is_secret_arn(arn) {
+                problems.push(format!(
+                    "{SECRET_ARN_ENV}={arn:?} is not a Secrets Manager secret ARN (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME)"
+                ));
+            }
+            if model_api_key.is_some() {
+                problems.push(format!(
+                    "both MODEL_API_KEY and {SECRET_ARN_ENV} are set: MODEL_API_KEY is for local runs, the secret for deployed functions; set one"
+                ));
+            }
+        }
         match (store, model_base_url) {
             (Some(store), Some(model_base_url)) if problems.is_empty() => Ok(Self {
                 store,
                 model_base_url,
-                model_api_key: get("MODEL_API_KEY"),
+                model_api_key,
+                model_api_key_secret_arn,
                 expires_after,
             }),
             _ => Err(ConfigError(problems)),
         }
+    }
+}
+
+impl WorkerConfig {
+    /// Reads the API key from Secrets Manager when `MODEL_API_KEY_SECRET_ARN` is set (with
+    /// the standard AWS configuration: the function's role, the ARN's region). An
+    /// unreadable secret is a configuration problem: the worker does not start.
+    pub async fn read_secrets(self) -> Result<Self, ConfigError> {
+        if self.model_api_key_secret_arn.is_none() {
+            return Ok(self);
+        }
+        let sdk = secret::sdk_config().await;
+        self.read_secrets_with(&sdk).await
+    }
+
+    /// [`WorkerConfig::read_secrets`] with a given AWS configuration, for tests.
+    pub async fn read_secrets_with(mut self, sdk: &SdkConfig) -> Result<Self, ConfigError> {
+        if let Some(arn) = &self.model_api_key_secret_arn {
+            let key = secret::read_api_key(sdk, arn)
+                .await
+                .map_err(|e| ConfigError(vec![e.to_string()]))?;
+            self.model_api_key = Some(key);
+        }
+        Ok(self)
     }
 }
 
@@ -208,6 +254,49 @@ mod tests {
             ("IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT", "5"),
         ]);
         assert!(partial.unwrap_err().to_string().contains("all three"));
+    }
+
+    #[test]
+    fn the_api_key_comes_from_the_environment_or_a_secret_not_both() {
+        let arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:model-key-AbC123";
+        let c = config(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("MODEL_API_KEY_SECRET_ARN", arn),
+        ])
+        .unwrap();
+        assert_eq!(c.model_api_key_secret_arn.as_deref(), Some(arn));
+        assert_eq!(
+            c.model_api_key, None,
+            "read at start-up, not from the environment"
+        );
+        let err = config(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("MODEL_API_KEY", "sk-1"),
+            ("MODEL_API_KEY_SECRET_ARN", arn),
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("set one"), "{err}");
+        let err = config(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("MODEL_API_KEY_SECRET_ARN", "model-key"),
+        ])
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is not a Secrets Manager secret ARN"),
+            "{err}"
+        );
+        // The template passes an empty ARN when no secret is given.
+        let c = config(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://x"),
+            ("MODEL_API_KEY_SECRET_ARN", ""),
+        ])
+        .unwrap();
+        assert_eq!(c.model_api_key_secret_arn, None);
     }
 
     #[test]

@@ -14,16 +14,20 @@
 //!
 //! # The call
 //! `POST {MODEL_BASE_URL}/v1/chat/completions` with `{model, messages, temperature,
-//! max_tokens}` and `Authorization: Bearer {MODEL_API_KEY}` when set. Never retried
+//! max_tokens}` and `Authorization: Bearer {key}` when a key is configured: the value of
+//! the Secrets Manager secret `MODEL_API_KEY_SECRET_ARN` (read once at start-up), or
+//! `MODEL_API_KEY` for local runs. Never retried
 //! automatically: a retry of a request whose answer was lost can be a second billed
 //! generation. The provider's JSON response is the stored result.
 
 pub mod config;
 pub mod provider;
 pub mod request;
+pub mod secret;
 pub mod worker;
 
 pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError};
 pub use request::{ChatMessage, ChatRequest, InvalidRequest};
+pub use secret::SecretError;
 pub use worker::{Delivery, Worker};

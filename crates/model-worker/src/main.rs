@@ -6,8 +6,13 @@ use model_worker::{Worker, WorkerConfig};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    // Invalid configuration stops the process before any message is received.
+    // Invalid configuration, or a secret that cannot be read, stops the process before any
+    // message is received. The secret is read once per execution environment, here.
     let config = match WorkerConfig::from_env() {
+        Ok(config) => config.read_secrets().await,
+        Err(e) => Err(e),
+    };
+    let config = match config {
         Ok(config) => config,
         Err(e) => {
             eprintln!("model-worker: {e}");

@@ -296,6 +296,30 @@ mod tests {
     }
 
     #[test]
+    fn a_custom_key_that_is_empty_is_missing() {
+        let k = KeyStrategy::custom(|_| Ok(Some(String::new())));
+        assert!(matches!(
+            k.derive(&json!({})),
+            Err(Error::KeyMissing { .. })
+        ));
+        let failing = KeyStrategy::custom(|_| Err("no key here".into()));
+        match failing.derive(&json!({})) {
+            Err(e @ Error::InvalidKey { .. }) => {
+                assert!(e.to_string().contains("no key here"), "{e}");
+                assert!(
+                    std::error::Error::source(&e).is_some(),
+                    "the closure's error is the source"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            format!("{:?}", KeyStrategy::field("a").or(KeyStrategy::hash(["b"]))),
+            r#"[KeyStrategy::pointer("/a"), KeyStrategy::hash(["b"])]"#
+        );
+    }
+
+    #[test]
     fn custom_keys() {
         let k = KeyStrategy::custom(|v| Ok(v["doc"].as_u64().map(|d| format!("summarise-{d}"))));
         assert_eq!(k.derive(&json!({"doc": 4471})).unwrap(), "summarise-4471");

@@ -127,3 +127,38 @@ fn check_name(what: &'static str, name: &str, forbidden: &[char]) -> Result<(), 
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ran_says_whether_the_function_ran() {
+        for (outcome, ran) in [
+            (Outcome::Executed, true),
+            (Outcome::TookOver, true),
+            (Outcome::ExecutedUnstored, true),
+            (Outcome::Disabled, true),
+            (Outcome::Replayed, false),
+            (Outcome::ReplayedFromCache, false),
+        ] {
+            assert_eq!(outcome.ran(), ran, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn names_and_stored_ids() {
+        let op = Operation::new("charge", KeyStrategy::field("id"));
+        assert_eq!(op.name(), "charge");
+        let payload = serde_json::json!({"id": "42"});
+        assert_eq!(
+            op.stored_id("orders", &payload).unwrap(),
+            "orders.charge#42"
+        );
+        let pinned = op.key_prefix("v1-charge");
+        assert_eq!(
+            pinned.stored_id("orders", &payload).unwrap(),
+            "v1-charge#42"
+        );
+    }
+}

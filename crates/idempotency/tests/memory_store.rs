@@ -455,3 +455,57 @@ async fn a_fixed_lease_never_outlives_the_invocation() {
         "the lease is the deadline, not 900 s"
     );
 }
+
+/// Ids up to the store's key limit are used; one byte more is refused, and the error's
+/// prefix is cut on a character boundary, never past 64 bytes.
+#[tokio::test]
+async fn ids_at_the_store_key_limit() {
+    let idem = Idempotency::new(MemoryStore::new());
+    let prefix = "local.generate#";
+    let fits = "k".repeat(2048 - prefix.len());
+    let id = idem.idempotency_id(&op(), &payload(&fits)).unwrap();
+    assert_eq!(id.len(), 2048, "an id of exactly the limit is used");
+    let over = format!("{}é{}", "a".repeat(48), "b".repeat(2048));
+    match idem.idempotency_id(&op(), &payload(&over)) {
+        Err(Error::KeyTooLong {
+            key_prefix,
+            len,
+            max,
+        }) => {
+            assert_eq!((len, max), (prefix.len() + over.len(), 2048));
+            assert_eq!(key_prefix, format!("{prefix}{}", "a".repeat(48)));
+        }
+        other => panic!("expected KeyTooLong, got {other:?}"),
+    }
+    let one_over = "k".repeat(2049 - prefix.len());
+    assert!(matches!(
+        idem.idempotency_id(&op(), &payload(&one_over)),
+        Err(Error::KeyTooLong { len: 2049, .. })
+    ));
+}
+
+/// The size check counts every part of the record: the id, the result, the lease token
+/// (40 bytes), the validation hash (64) and the store's overhead (256). A result that
+/// makes the record exactly the limit is stored; one byte more is refused.
+#[tokio::test]
+async fn results_at_the_store_record_limit() {
+    let store = MemoryStore::new();
+    let idem = Idempotency::new(store.clone());
+    let id_len = "local.generate#".len() + 1;
+    // The result is a JSON string: its stored form has two quotes more.
+    let fits = 400 * 1024 - 256 - id_len - 40 - 64 - 2;
+    for (key, len, stored) in [("a", fits, true), ("b", fits + 1, false)] {
+        let result = idem
+            .execute(&op(), &payload(key), || async {
+                Ok::<_, String>("x".repeat(len))
+            })
+            .await;
+        match (stored, result) {
+            (true, Ok((value, Outcome::Executed))) => assert_eq!(value.len(), len),
+            (false, Err(ExecuteError::Idempotency(Error::ResultTooLarge { size, max, .. }))) => {
+                assert_eq!((size, max), (400 * 1024 + 1, 400 * 1024))
+            }
+            (stored, other) => panic!("result of {len} bytes (stored: {stored}): {other:?}"),
+        }
+    }
+}

@@ -424,3 +424,69 @@ async fn a_stuck_fifo_record_never_turns_its_finished_group_mates_into_failures(
         .collect();
     assert_eq!(kinds, vec![Ok(()), Err(FailureKind::Unfinished)]);
 }
+
+#[tokio::test]
+async fn the_report_names_its_failures_and_their_reasons() {
+    let handler = Handler::new();
+    let report = handler
+        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
+        .await;
+    let failed: Vec<String> = report
+        .failures()
+        .map(|r| r.result.as_ref().unwrap_err().to_string())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("MalformedBody: message ")),
+        "{failed:?}"
+    );
+    let all_failed = lambda_idempotency::BatchError::AllFailed {
+        count: 2,
+        first_reason: "boom".into(),
+    };
+    assert_eq!(
+        all_failed.to_string(),
+        "all 2 records of the batch failed (first: boom); failing the invocation so Lambda backs off"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_batch_never_fails_the_invocation() {
+    let empty: SqsEvent = serde_json::from_value(json!({"Records": []})).unwrap();
+    let report = SqsBatch::new()
+        .report(LambdaEvent::new(empty, Context::default()), |_| async {
+            Ok::<_, lambda_runtime::Error>(())
+        })
+        .await;
+    let response = report.into_response_failing_when_all_fail().unwrap();
+    assert_eq!(failures(&response), json!({"batchItemFailures": []}));
+}
+
+/// A wider margin answers earlier: the batch waits until the deadline less the margin.
+#[tokio::test]
+async fn the_deadline_margin_is_the_one_configured() {
+    let mut context = Context::default();
+    let start = std::time::SystemTime::now();
+    context.deadline = lambda_idempotency::store::epoch_millis(start) + 2_000;
+    let payload: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "stuck", "body": "{}"},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .deadline_margin(Duration::from_millis(1_500))
+        .report(LambdaEvent::new(payload, context), |_| async {
+            std::future::pending::<Result<(), lambda_runtime::Error>>().await
+        })
+        .await;
+    let waited = start.elapsed().unwrap();
+    assert!(
+        waited < Duration::from_millis(1_000),
+        "answered {waited:?} after the start: the 1.5 s margin was not used"
+    );
+    assert_eq!(
+        report.records[0].result.as_ref().unwrap_err().kind,
+        FailureKind::Unfinished
+    );
+}

@@ -62,6 +62,12 @@ async fn dynamodb_store_runs_once_under_every_store_fault() {
 }
 
 #[tokio::test]
+async fn dynamodb_store_request_counts_through_the_engine() {
+    let (_table, store) = store("engine-counts").await;
+    conformance::engine_request_counts(store).await;
+}
+
+#[tokio::test]
 async fn dynamodb_store_keeps_leases_through_the_engine() {
     let (_table, store) = store("leases").await;
     conformance::engine_keeps_leases(store).await;

@@ -1,6 +1,8 @@
 //! What `#[idempotent]` does at run time, over the in-memory store.
 
+use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::StoreOp;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -25,7 +27,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(store: MemoryStore) -> Self {
+    fn new(store: impl IdempotencyStore + 'static) -> Self {
         Self {
             idempotency: Idempotency::new(store),
             calls: AtomicU32::new(0),
@@ -65,12 +67,12 @@ async fn second_call_returns_the_stored_value_without_running_the_body() {
 
 #[tokio::test]
 async fn an_error_releases_the_record_and_is_returned_as_is() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let mut worker = Worker::new(store.clone());
     worker.fail = true;
     let err = worker.generate(request("r1", "hi")).await.unwrap_err();
     assert_eq!(err.to_string(), "provider failed on call 1");
-    assert!(store.is_empty(), "released");
+    assert!(store.inner().is_empty(), "released");
     worker.fail = false;
     let answer = worker.generate(request("r1", "hi")).await.unwrap();
     assert_eq!(answer.call, 2, "the next call runs the body again");
@@ -93,9 +95,9 @@ async fn a_different_payload_under_the_same_key_is_refused() {
 
 #[tokio::test]
 async fn store_errors_reach_the_caller_as_its_error_type() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let worker = Worker::new(store.clone());
-    store.inject_failures(StoreOp::Claim, 3);
+    store.inject(StoreOp::Claim, Fault::Unavailable, 3);
     let err = worker.generate(request("r1", "hi")).await.unwrap_err();
     assert!(
         matches!(err.downcast_ref::<Error>(), Some(Error::Store { .. })),

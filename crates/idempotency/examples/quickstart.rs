@@ -2,13 +2,14 @@
 //!
 //! `cargo run -p lambda-idempotency --example quickstart`
 
+use lambda_idempotency::store::faulty::FaultyStore;
 use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idempotency = Idempotency::new(store.clone());
     let op =
         Operation::new("send_email", KeyStrategy::field("request_id")).validate(["to", "body"]);

@@ -5,6 +5,7 @@ use lambda_idempotency::clock::TestClock;
 use lambda_idempotency::store::Status;
 use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome,
 };
@@ -15,14 +16,19 @@ use std::time::{Duration, SystemTime};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_passes_the_conformance_suite() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let faults = store.clone();
-    conformance::run_all(&store, async |op| faults.inject_failures(op, 1)).await;
+    conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_runs_once_under_every_store_fault() {
     conformance::engine_under_faults(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn memory_store_request_counts_through_the_engine() {
+    conformance::engine_request_counts(MemoryStore::new()).await;
 }
 
 #[tokio::test]
@@ -52,25 +58,8 @@ async fn call(
 }
 
 #[tokio::test]
-async fn request_counts_are_the_physical_minimum() {
-    let store = MemoryStore::new();
-    let idem = Idempotency::builder(store.clone()).build();
-    let calls = AtomicU32::new(0);
-    call(&idem, &payload("a"), &calls).await.unwrap();
-    assert_eq!(
-        store.total_requests(),
-        2,
-        "first delivery: claim + complete"
-    );
-    let (_, outcome) = call(&idem, &payload("a"), &calls).await.unwrap();
-    assert_eq!(outcome, Outcome::Replayed);
-    assert_eq!(store.total_requests(), 3, "completed duplicate: one claim");
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
-}
-
-#[tokio::test]
 async fn local_cache_answers_duplicates_without_the_store() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone()).local_cache(16).build();
     let calls = AtomicU32::new(0);
     call(&idem, &payload("a"), &calls).await.unwrap();
@@ -93,7 +82,7 @@ async fn local_cache_answers_duplicates_without_the_store() {
 
 #[tokio::test]
 async fn in_progress_duplicate_is_refused_with_one_request() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
@@ -133,7 +122,7 @@ async fn in_progress_duplicate_is_refused_with_one_request() {
 
 #[tokio::test]
 async fn function_error_releases_and_returns_the_functions_error() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let result = idem
         .execute(&op(), &payload("e"), || async {
@@ -144,7 +133,7 @@ async fn function_error_releases_and_returns_the_functions_error() {
         Err(ExecuteError::Function(e)) => assert_eq!(e, "provider said 503"),
         other => panic!("expected the function's own error, got {other:?}"),
     }
-    assert!(store.is_empty(), "the claim was released");
+    assert!(store.inner().is_empty(), "the claim was released");
     let calls = AtomicU32::new(0);
     let (_, outcome) = call(&idem, &payload("e"), &calls).await.unwrap();
     assert_eq!(
@@ -160,7 +149,7 @@ fn paused_clock() -> TestClock {
 
 #[tokio::test(start_paused = true)]
 async fn crashed_worker_is_taken_over_after_its_lease() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let clock = paused_clock();
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1200))
@@ -193,14 +182,19 @@ async fn crashed_worker_is_taken_over_after_its_lease() {
 
 #[tokio::test]
 async fn lease_comes_from_the_invocation_deadline() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let deadline = SystemTime::now() + Duration::from_secs(42);
     let calls = AtomicU32::new(0);
     let s = store.clone();
     idem.execute_until(&op(), &payload("d"), deadline, || async {
         let id = "local.generate#d";
-        let lease = s.record(id).unwrap().in_progress_expiration.unwrap();
+        let lease = s
+            .inner()
+            .record(id)
+            .unwrap()
+            .in_progress_expiration
+            .unwrap();
         let diff = lease
             .duration_since(deadline)
             .unwrap_or_else(|e| e.duration());
@@ -218,11 +212,11 @@ async fn lease_comes_from_the_invocation_deadline() {
 
 #[tokio::test]
 async fn completion_is_retried_through_store_errors() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_secs(30))
         .build();
-    store.inject_failures(StoreOp::Complete, 4);
+    store.inject(StoreOp::Complete, Fault::Unavailable, 4);
     let calls = AtomicU32::new(0);
     let (_, outcome) = call(&idem, &payload("r"), &calls).await.unwrap();
     assert_eq!(outcome, Outcome::Executed);
@@ -232,7 +226,7 @@ async fn completion_is_retried_through_store_errors() {
         "four failures, then success"
     );
     assert_eq!(
-        store.record("local.generate#r").unwrap().status,
+        store.inner().record("local.generate#r").unwrap().status,
         Status::Completed
     );
     let (_, outcome) = call(&idem, &payload("r"), &calls).await.unwrap();
@@ -244,12 +238,12 @@ async fn completion_is_retried_through_store_errors() {
 
 #[tokio::test(start_paused = true)]
 async fn completion_gives_up_before_the_lease_ends() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1500))
         .clock(paused_clock())
         .build();
-    store.inject_failures(StoreOp::Complete, 1000);
+    store.inject(StoreOp::Complete, Fault::Unavailable, 1000);
     let calls = AtomicU32::new(0);
     let started = tokio::time::Instant::now();
     let (_, outcome) = call(&idem, &payload("g"), &calls).await.unwrap();
@@ -267,14 +261,14 @@ async fn completion_gives_up_before_the_lease_ends() {
         store.requests(StoreOp::Complete)
     );
     assert_eq!(
-        store.record("local.generate#g").unwrap().status,
+        store.inner().record("local.generate#g").unwrap().status,
         Status::InProgress
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn zombie_worker_gets_lease_lost() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone())
         .lease(Duration::from_millis(1000))
         .clock(paused_clock())
@@ -303,7 +297,7 @@ async fn zombie_worker_gets_lease_lost() {
         ),
         "got {result:?}"
     );
-    let record = store.record("local.generate#z").unwrap();
+    let record = store.inner().record("local.generate#z").unwrap();
     assert_eq!(
         record.data.as_deref(),
         Some("\"answer\""),
@@ -313,7 +307,7 @@ async fn zombie_worker_gets_lease_lost() {
 
 #[tokio::test]
 async fn oversized_result_is_refused_and_never_rerun() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let calls = Arc::new(AtomicU32::new(0));
     for _ in 0..2 {
@@ -335,13 +329,13 @@ async fn oversized_result_is_refused_and_never_rerun() {
         );
     }
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the function ran once");
-    let record = store.record("local.generate#big").unwrap();
+    let record = store.inner().record("local.generate#big").unwrap();
     assert_eq!((record.status, record.data), (Status::Completed, None));
 }
 
 #[tokio::test]
 async fn keys_are_checked_before_any_store_request() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let calls = AtomicU32::new(0);
     let missing = call(&idem, &json!({"prompt": "hi"}), &calls).await;
@@ -361,7 +355,7 @@ async fn keys_are_checked_before_any_store_request() {
 
 #[tokio::test]
 async fn operations_and_prefixes_keep_keys_apart() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone())
         .function_name("worker")
         .build();
@@ -382,7 +376,7 @@ async fn operations_and_prefixes_keep_keys_apart() {
 
 #[tokio::test]
 async fn disabled_runs_every_call() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::builder(store.clone()).disabled(true).build();
     let calls = AtomicU32::new(0);
     for _ in 0..2 {
@@ -397,15 +391,15 @@ async fn disabled_runs_every_call() {
 
 #[tokio::test]
 async fn claim_retries_throttling_within_bounds() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
-    store.inject_failures(StoreOp::Claim, 2);
+    store.inject(StoreOp::Claim, Fault::Unavailable, 2);
     let calls = AtomicU32::new(0);
     assert_eq!(
         call(&idem, &payload("t"), &calls).await.unwrap().1,
         Outcome::Executed
     );
-    store.inject_failures(StoreOp::Claim, 3);
+    store.inject(StoreOp::Claim, Fault::Unavailable, 3);
     let err = call(&idem, &payload("u"), &calls).await.unwrap_err();
     assert!(
         matches!(
@@ -426,7 +420,6 @@ async fn claim_retries_throttling_within_bounds() {
 #[tokio::test(start_paused = true)]
 async fn a_fixed_lease_never_outlives_the_invocation() {
     use lambda_idempotency::clock::Clock;
-    use lambda_idempotency::store::faulty::{Fault, FaultyStore};
     let store = FaultyStore::new(MemoryStore::new());
     store.inject(StoreOp::Complete, Fault::Unavailable, 100_000);
     let clock = paused_clock();
@@ -489,7 +482,7 @@ async fn ids_at_the_store_key_limit() {
 /// makes the record exactly the limit is stored; one byte more is refused.
 #[tokio::test]
 async fn results_at_the_store_record_limit() {
-    let store = MemoryStore::new();
+    let store = FaultyStore::new(MemoryStore::new());
     let idem = Idempotency::new(store.clone());
     let id_len = "local.generate#".len() + 1;
     // The result is a JSON string: its stored form has two quotes more.

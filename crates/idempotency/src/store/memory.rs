@@ -1,15 +1,15 @@
 //! The in-memory store: the reference behaviour, and the embedded default for local runs
 //! and for tests of user code.
 //!
-//! Records live in one process, behind one mutex, so every operation is atomic. Nothing
+//! Records live in one process, behind one mutex, so every operation is atomic. To inject
+//! faults or count requests, wrap it in a [`FaultyStore`](super::faulty::FaultyStore). Nothing
 //! survives the process: use it for local runs and tests, not for a deployed function
 //! (each Lambda execution environment would have its own).
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreOp};
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore};
 use crate::error::Error;
 use crate::record::{Claim, Record, Status};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -30,8 +30,6 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     records: Mutex<HashMap<String, Record>>,
-    faults: Mutex<HashMap<StoreOp, u32>>,
-    requests: [AtomicU64; StoreOp::ALL.len()],
 }
 
 impl MemoryStore {
@@ -55,51 +53,12 @@ impl MemoryStore {
         self.records().get(id).cloned()
     }
 
-    /// Makes the next `count` calls of `op` fail with a retryable [`Error::Store`], as a
-    /// throttled backend would. For testing how user code handles store errors.
-    pub fn inject_failures(&self, op: StoreOp, count: u32) {
-        *self
-            .inner
-            .faults
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(op)
-            .or_default() += count;
-    }
-
-    /// How many calls of `op` the store received (failed ones included).
-    pub fn requests(&self, op: StoreOp) -> u64 {
-        self.inner.requests[op.index()].load(Ordering::Relaxed)
-    }
-
-    /// Calls of all operations.
-    pub fn total_requests(&self) -> u64 {
-        StoreOp::ALL.iter().map(|op| self.requests(*op)).sum()
-    }
-
     fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
         // A panic elsewhere cannot leave a half-written record: every update is one insert.
         self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn enter(&self, op: StoreOp) -> Result<(), Error> {
-        self.inner.requests[op.index()].fetch_add(1, Ordering::Relaxed);
-        let mut faults = self.inner.faults.lock().unwrap_or_else(|p| p.into_inner());
-        match faults.get_mut(&op) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                Err(Error::store(
-                    "memory",
-                    true,
-                    format!("injected {op:?} failure"),
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
     fn claim_now(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
-        self.enter(StoreOp::Claim)?;
         let mut records = self.records();
         match records.get(&claim.id) {
             Some(existing) if !existing.is_claimable_by(claim) => {
@@ -119,7 +78,6 @@ impl MemoryStore {
         expiration: SystemTime,
     ) -> Result<(), Error> {
         let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
-        self.enter(StoreOp::Complete)?;
         let mut records = self.records();
         match records.get_mut(id) {
             Some(r) if r.lease_token.as_deref() == Some(token) => {
@@ -134,7 +92,6 @@ impl MemoryStore {
 
     fn release_now(&self, claim: &Claim) -> Result<(), Error> {
         let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
-        self.enter(StoreOp::Release)?;
         let mut records = self.records();
         match records.get(id) {
             Some(r) if r.lease_token.as_deref() == Some(token) => {
@@ -169,9 +126,6 @@ impl IdempotencyStore for MemoryStore {
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
-        Box::pin(async move {
-            self.enter(StoreOp::Get)?;
-            Ok(self.record(id))
-        })
+        Box::pin(async move { Ok(self.record(id)) })
     }
 }

@@ -7,10 +7,12 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! use lambda_idempotency::{MemoryStore, store::conformance};
-//! let store = MemoryStore::new();
+//! use lambda_idempotency::MemoryStore;
+//! use lambda_idempotency::store::conformance;
+//! use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+//! let store = FaultyStore::new(MemoryStore::new());
 //! let faults = store.clone();
-//! conformance::run_all(&store, async |op| faults.inject_failures(op, 1)).await;
+//! conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
 //! # }
 //! ```
 
@@ -900,4 +902,83 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
 
 fn unreachable_body() -> u8 {
     panic!("the function must not run when its name is refused")
+}
+
+/// Through the engine over `store`, counted by a [`FaultyStore`] around it: the store
+/// calls each path costs, the physical minimum. First delivery 2 (claim, complete);
+/// completed duplicate 1; in-progress duplicate 1; local cache hit 0; takeover of a
+/// crashed worker's claim 2.
+pub async fn engine_request_counts<S: IdempotencyStore + Clone + 'static>(store: S) {
+    let counted = FaultyStore::new(store);
+    let clock = TestClock::new(SystemTime::now());
+    let idempotency = Idempotency::builder(counted.clone())
+        .lease(Duration::from_secs(30))
+        .clock(clock.clone())
+        .build();
+    let op = Operation::new(op_name("counts"), KeyStrategy::field("id"));
+    let answer = || async { Ok::<_, Error>("answer".to_string()) };
+    let count = |what: &str, expected: u64| {
+        assert_eq!(counted.total_requests(), expected, "{what}");
+        counted.reset_requests();
+    };
+
+    let first = json!({"id": "first"});
+    let (_, outcome) = idempotency.execute(&op, &first, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    count("first delivery: claim and complete", 2);
+    let (_, outcome) = idempotency.execute(&op, &first, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    count("completed duplicate: one claim answered with the record", 1);
+
+    let busy = json!({"id": "busy"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = idempotency.execute(&op, &busy, || async move {
+        let _ = started_tx.send(());
+        let _ = finish_rx.await;
+        Ok::<_, Error>("busy".to_string())
+    });
+    let duplicate = async {
+        started_rx.await.expect("the first call started");
+        counted.reset_requests();
+        let duplicate = idempotency.execute(&op, &busy, answer).await;
+        let calls = counted.total_requests();
+        let _ = finish_tx.send(());
+        (duplicate, calls)
+    };
+    let (running, (duplicate, calls)) = tokio::join!(running, duplicate);
+    running.expect("the first call completes");
+    assert!(
+        matches!(
+            duplicate,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "{duplicate:?}"
+    );
+    assert_eq!(calls, 1, "in-progress duplicate: one claim");
+    counted.reset_requests();
+
+    let cached = Idempotency::builder(counted.clone()).local_cache(8).build();
+    let again = json!({"id": "cached"});
+    cached.execute(&op, &again, answer).await.unwrap();
+    counted.reset_requests();
+    let (_, outcome) = cached.execute(&op, &again, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::ReplayedFromCache);
+    count("local cache hit: no store call", 0);
+
+    let crashed = json!({"id": "crashed"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let dying = idempotency.execute(&op, &crashed, || async move {
+        let _ = started_tx.send(());
+        std::future::pending::<Result<String, Error>>().await
+    });
+    tokio::select! {
+        _ = dying => panic!("the crashed call never returns"),
+        _ = started_rx => {}
+    }
+    clock.advance(Duration::from_secs(31));
+    counted.reset_requests();
+    let (_, outcome) = idempotency.execute(&op, &crashed, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::TookOver);
+    count("takeover: claim and complete", 2);
 }

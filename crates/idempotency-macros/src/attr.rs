@@ -1,8 +1,10 @@
 //! Parses the arguments of `#[idempotent(...)]`.
 
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitStr, Token, bracketed};
+use syn::spanned::Spanned;
+use syn::{Expr, ExprPath, Ident, LitStr, Path, Token, bracketed, token};
 
 /// The parsed arguments. Each is set at most once.
 #[derive(Default)]
@@ -11,35 +13,64 @@ pub(crate) struct Args {
     pub(crate) payload: Option<Ident>,
     pub(crate) context: Option<Ident>,
     pub(crate) key: Option<LitStr>,
-    pub(crate) hash: Option<Vec<LitStr>>,
-    pub(crate) validate: Option<Vec<LitStr>>,
+    pub(crate) hash: Option<Fields>,
+    pub(crate) validate: Option<Fields>,
     pub(crate) operation: Option<LitStr>,
     pub(crate) key_prefix: Option<LitStr>,
+    /// The `with_outcome` flag itself, for its span.
+    pub(crate) with_outcome: Option<Ident>,
+    /// `crate = "path"`: the path of `lambda_idempotency` in the caller's crate.
+    pub(crate) krate: Option<Path>,
 }
 
-const KNOWN: &str = "handle, payload, context, key, hash, validate, operation, key_prefix";
+/// The field names of `hash` or `validate`.
+pub(crate) enum Fields {
+    /// `["a", "/b/c"]`: field names or JSON pointers, written out.
+    List(Vec<LitStr>),
+    /// `Type::FIELDS`: a constant holding them (`[&str; N]`, `&[&str]`, ...).
+    Const(ExprPath),
+}
+
+const KNOWN: &str =
+    "handle, payload, context, key, hash, validate, operation, key_prefix, with_outcome, crate";
 
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Args::default();
         while !input.is_empty() {
-            let name: Ident = input.parse()?;
-            input.parse::<Token![=]>()?;
+            // `parse_any`: `crate` is a keyword.
+            let name = input.call(Ident::parse_any)?;
             let duplicate = || syn::Error::new(name.span(), format!("duplicate argument `{name}`"));
-            match name.to_string().as_str() {
-                "handle" => set(&mut args.handle, input.parse()?, duplicate)?,
-                "payload" => set(&mut args.payload, input.parse()?, duplicate)?,
-                "context" => set(&mut args.context, input.parse()?, duplicate)?,
-                "key" => set(&mut args.key, non_empty(input.parse()?)?, duplicate)?,
-                "hash" => set(&mut args.hash, list(input)?, duplicate)?,
-                "validate" => set(&mut args.validate, list(input)?, duplicate)?,
-                "operation" => set(&mut args.operation, non_empty(input.parse()?)?, duplicate)?,
-                "key_prefix" => set(&mut args.key_prefix, non_empty(input.parse()?)?, duplicate)?,
-                _ => {
+            if name == "with_outcome" {
+                if input.peek(Token![=]) {
                     return Err(syn::Error::new(
                         name.span(),
-                        format!("unknown argument `{name}`; expected one of: {KNOWN}"),
+                        "`with_outcome` takes no value: write `with_outcome` alone",
                     ));
+                }
+                set(&mut args.with_outcome, name.clone(), duplicate)?;
+            } else {
+                input.parse::<Token![=]>()?;
+                match name.to_string().as_str() {
+                    "handle" => set(&mut args.handle, input.parse()?, duplicate)?,
+                    "payload" => set(&mut args.payload, input.parse()?, duplicate)?,
+                    "context" => set(&mut args.context, input.parse()?, duplicate)?,
+                    "key" => set(&mut args.key, non_empty(input.parse()?)?, duplicate)?,
+                    "hash" => set(&mut args.hash, input.parse()?, duplicate)?,
+                    "validate" => set(&mut args.validate, input.parse()?, duplicate)?,
+                    "operation" => {
+                        set(&mut args.operation, non_empty(input.parse()?)?, duplicate)?;
+                    }
+                    "key_prefix" => {
+                        set(&mut args.key_prefix, non_empty(input.parse()?)?, duplicate)?;
+                    }
+                    "crate" => set(&mut args.krate, crate_path(input)?, duplicate)?,
+                    _ => {
+                        return Err(syn::Error::new(
+                            name.span(),
+                            format!("unknown argument `{name}`; expected one of: {KNOWN}"),
+                        ));
+                    }
                 }
             }
             if input.is_empty() {
@@ -49,6 +80,53 @@ impl Parse for Args {
         }
         Ok(args)
     }
+}
+
+impl Parse for Fields {
+    /// `["a", "/b/c"]`, or a path to a constant.
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if input.peek(token::Bracket) {
+            let content;
+            let brackets = bracketed!(content in input);
+            let items: Punctuated<LitStr, Token![,]> =
+                content.parse_terminated(|p| p.parse(), Token![,])?;
+            if items.is_empty() {
+                return Err(syn::Error::new(
+                    brackets.span.join(),
+                    "list at least one field",
+                ));
+            }
+            return Ok(Fields::List(
+                items
+                    .into_iter()
+                    .map(non_empty)
+                    .collect::<syn::Result<_>>()?,
+            ));
+        }
+        let not_fields = |span| {
+            syn::Error::new(
+                span,
+                "expected a list of fields, `[\"field\", ...]`, or the path of a constant holding them, `Type::FIELDS`",
+            )
+        };
+        match input.parse::<Expr>() {
+            Ok(Expr::Path(path)) => Ok(Fields::Const(path)),
+            Ok(other) => Err(not_fields(other.span())),
+            Err(err) => Err(not_fields(err.span())),
+        }
+    }
+}
+
+/// `crate = "path"`, as serde and `#[tokio::main]` spell it.
+fn crate_path(input: ParseStream<'_>) -> syn::Result<Path> {
+    let expected = |span| {
+        syn::Error::new(
+            span,
+            "expected the path of `lambda_idempotency` as a string: `crate = \"my_idempotency\"`",
+        )
+    };
+    let lit: LitStr = input.parse().map_err(|err| expected(err.span()))?;
+    lit.parse().map_err(|_| expected(lit.span()))
 }
 
 fn set<T>(slot: &mut Option<T>, value: T, duplicate: impl Fn() -> syn::Error) -> syn::Result<()> {
@@ -64,19 +142,4 @@ fn non_empty(lit: LitStr) -> syn::Result<LitStr> {
         return Err(syn::Error::new(lit.span(), "must not be empty"));
     }
     Ok(lit)
-}
-
-/// `["a", "/b/c"]`: field names or JSON pointers.
-fn list(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
-    let content;
-    let brackets = bracketed!(content in input);
-    let items: Punctuated<LitStr, Token![,]> =
-        content.parse_terminated(|p| p.parse(), Token![,])?;
-    if items.is_empty() {
-        return Err(syn::Error::new(
-            brackets.span.join(),
-            "list at least one field",
-        ));
-    }
-    items.into_iter().map(non_empty).collect()
 }

@@ -25,12 +25,17 @@ use proc_macro::TokenStream;
 /// |---|---|
 /// | `handle = expr` | **required**: the `Idempotency` (store and settings): a static, a field, an argument |
 /// | `key = "field"` or `key = "/json/pointer"` | the key is that value of the payload |
-/// | `hash = ["field", ...]` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
+/// | `hash = ["field", ...]` or `hash = Type::FIELDS` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
 /// | `payload = arg` | the argument the key is read from; optional when there is one argument |
-/// | `validate = ["field", ...]` | a later call with the same key and different fields fails with `PayloadMismatch` |
+/// | `validate = ["field", ...]` or `validate = Type::FIELDS` | a later call with the same key and different fields fails with `PayloadMismatch` |
 /// | `operation = "name"` | keeps this function's keys apart from others'; default: the function's full path (see below) |
 /// | `key_prefix = "prefix"` | the stored id's prefix instead of `{function_name}.{operation}`: stable across renames |
 /// | `context = arg` | a `lambda_runtime::Context` argument whose deadline ends the lease |
+/// | `with_outcome` | also generates `<name>_with_outcome`, returning `Result<(T, Outcome), E>`: how the call was answered |
+/// | `crate = "path"` | the path of `lambda_idempotency` if it is renamed or re-exported; default `::lambda_idempotency` |
+///
+/// `hash` and `validate` take the field names written out, or the path of a constant
+/// holding them (`[&str; N]`, `&[&str]` or `Vec<&str>`), so one list serves both.
 ///
 /// Without `context`, the lease ends with the invocation set by `SqsBatch` or
 /// `with_context`, or after the configured lease.
@@ -146,16 +151,162 @@ use proc_macro::TokenStream;
 /// # let _ = handler;
 /// ```
 ///
+/// # `with_outcome`: how the call was answered
+///
+/// The function keeps its signature; `with_outcome` adds a second function, named
+/// `<name>_with_outcome`, with the same visibility, receiver and arguments, that returns the
+/// value together with the `lambda_idempotency::Outcome`: the body ran (`Executed`, or
+/// `TookOver` an abandoned claim), or a stored result was returned (`Replayed`,
+/// `ReplayedFromCache`). `Outcome::ran` tells the two apart. The body is generated once,
+/// in the companion; the function calls it and drops the outcome. Both share stored ids:
+/// adding the flag changes no key.
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, Outcome, idempotent};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Order { order_id: u64, amount: u64 }
+///
+/// struct Payments { idempotency: Idempotency }
+///
+/// impl Payments {
+///     #[idempotent(handle = self.idempotency, key = "order_id", with_outcome)]
+///     async fn charge(&self, order: Order) -> Result<u64, lambda_runtime::Error> {
+///         Ok(order.amount)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let payments = Payments { idempotency: Idempotency::new(MemoryStore::new()) };
+/// let order = || Order { order_id: 7, amount: 30 };
+/// let (amount, outcome) = payments.charge_with_outcome(order()).await.unwrap();
+/// assert_eq!((amount, outcome), (30, Outcome::Executed));
+/// let (_, outcome) = payments.charge_with_outcome(order()).await.unwrap();
+/// assert_eq!(outcome, Outcome::Replayed);
+/// assert!(!outcome.ran(), "the body did not run again");
+/// // The function itself is still there.
+/// assert_eq!(payments.charge(order()).await.unwrap(), 30);
+/// # }
+/// ```
+///
+/// The arguments are passed on by name, so each must be a plain `name: Type`, not a
+/// pattern. A trait impl cannot hold the extra method: call an inherent
+/// `with_outcome` method from the trait method instead. In an `impl`, a function that
+/// takes no `self` must name `Self` in its signature (for example `this: &Self`): the
+/// macro cannot otherwise tell it from a free function, and calls the companion by its
+/// bare name (`cannot find function ..._with_outcome`).
+///
+/// # `hash` and `validate` from one constant
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct ChatRequest { request_id: Option<String>, model: String, prompt: String }
+///
+/// impl ChatRequest {
+///     /// What makes two requests the same: the key without a `request_id`, and what a
+///     /// reused `request_id` must match.
+///     const CANONICAL_FIELDS: [&'static str; 2] = ["model", "prompt"];
+/// }
+///
+/// #[idempotent(handle = handle, payload = request, key = "request_id",
+///              hash = ChatRequest::CANONICAL_FIELDS, validate = ChatRequest::CANONICAL_FIELDS)]
+/// async fn chat(handle: &Idempotency, request: ChatRequest) -> Result<String, lambda_runtime::Error> {
+///     Ok(format!("answer to {}", request.prompt))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let handle = Idempotency::new(MemoryStore::new());
+/// let request = |id: &str, prompt: &str| ChatRequest {
+///     request_id: Some(id.into()), model: "m".into(), prompt: prompt.into(),
+/// };
+/// chat(&handle, request("r1", "hi")).await.unwrap();
+/// assert!(chat(&handle, request("r1", "bye")).await.is_err(), "validated");
+/// # }
+/// ```
+///
+/// The constant is read once, when the function is first called: a constant of one of the
+/// function's type parameters (`T::FIELDS`) is refused, since every `T` shares the
+/// operation.
+///
+/// # `crate`: a renamed or re-exported dependency
+///
+/// The generated code names `::lambda_idempotency`. If the dependency has another name
+/// (`idem = { package = "lambda-idempotency", ... }` in `Cargo.toml`) or is reached through
+/// another crate's re-export, give its path as a string:
+///
+/// ```
+/// mod framework {
+///     pub use lambda_idempotency as idempotency;
+/// }
+/// use framework::idempotency::{Idempotency, MemoryStore, idempotent};
+///
+/// #[idempotent(crate = "framework::idempotency", handle = handle, payload = request, key = "id")]
+/// async fn process(handle: &Idempotency, request: serde_json::Value) -> Result<u32, framework::idempotency::Error> {
+///     Ok(1)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let handle = Idempotency::new(MemoryStore::new());
+/// assert_eq!(process(&handle, serde_json::json!({"id": 1})).await.unwrap(), 1);
+/// # }
+/// ```
+///
+/// With a renamed dependency, `#[idem::idempotent(crate = "idem", ...)]`.
+///
+/// # In an `#[async_trait]` impl
+///
+/// Put `#[idempotent]` on the method, inside the `#[async_trait]` impl (or trait, for a
+/// default method). `#[async_trait]` expands first and turns the `async fn` into a function
+/// returning `Pin<Box<dyn Future<Output = ...> + Send>>`; `#[idempotent]` recognises that
+/// shape and wraps the future's body. Above the impl, `#[idempotent]` is an error: it
+/// goes on each method.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use lambda_idempotency::{Idempotency, MemoryStore, idempotent};
+/// use serde_json::{Value, json};
+///
+/// #[async_trait]
+/// trait Handler {
+///     async fn handle(&self, request: Value) -> Result<u32, lambda_idempotency::Error>;
+/// }
+///
+/// struct Worker { idempotency: Idempotency }
+///
+/// #[async_trait]
+/// impl Handler for Worker {
+///     #[idempotent(handle = self.idempotency, key = "id")]
+///     async fn handle(&self, request: Value) -> Result<u32, lambda_idempotency::Error> {
+///         Ok(1)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let worker: Box<dyn Handler> = Box::new(Worker { idempotency: Idempotency::new(MemoryStore::new()) });
+/// assert_eq!(worker.handle(json!({"id": 1})).await.unwrap(), 1);
+/// # }
+/// ```
+///
 /// # Next to `#[tracing::instrument]`
 ///
 /// Put `#[idempotent]` first (outermost) so the span covers the claim and the replay too;
-/// other attributes and doc comments are kept.
+/// other attributes and doc comments are kept. With `with_outcome`, every attribute but
+/// the doc comment is kept on both functions (the companion gets a doc comment of its
+/// own), so each has its span.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());
     let expanded = syn::parse::<attr::Args>(args).and_then(|args| {
-        let function = syn::parse::<syn::ItemFn>(item)?;
-        expand::expand(args, function)
+        let item = syn::parse::<syn::Item>(item)?;
+        expand::expand(args, item)
     });
     match expanded {
         Ok(tokens) => tokens.into(),

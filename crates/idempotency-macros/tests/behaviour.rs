@@ -160,3 +160,51 @@ async fn the_lease_ends_with_the_context_deadline() {
     ctx.deadline = lambda_idempotency::store::epoch_millis(std::time::SystemTime::now()) + 5_000;
     assert_eq!(with_ctx(request("c1", "p"), &ctx).await.unwrap(), 0);
 }
+
+struct Chat;
+
+impl Chat {
+    /// Written once, for the key and for validation.
+    const CANONICAL_FIELDS: [&'static str; 2] = ["model", "prompt"];
+}
+
+static CHAT_CALLS: AtomicU32 = AtomicU32::new(0);
+
+#[idempotent(
+    handle = handle,
+    payload = request,
+    key = "request_id",
+    hash = Chat::CANONICAL_FIELDS,
+    validate = Chat::CANONICAL_FIELDS,
+    operation = "chat"
+)]
+async fn chat(handle: &Idempotency, request: serde_json::Value) -> Result<u32, Error> {
+    let _ = request;
+    Ok(CHAT_CALLS.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+#[tokio::test]
+async fn a_field_list_constant_is_hashed_and_validated() {
+    let store = MemoryStore::new();
+    let handle = Idempotency::new(store.clone());
+    // No request_id: the hash of the constant's fields is the key; `noise` is not in it.
+    let first = json!({"model": "m", "prompt": "p", "noise": 1});
+    let same = json!({"model": "m", "prompt": "p", "noise": 2});
+    assert_eq!(chat(&handle, first).await.unwrap(), 1);
+    assert_eq!(chat(&handle, same).await.unwrap(), 1, "replayed");
+    // A reused request_id with another prompt is refused: the constant's fields are validated.
+    chat(
+        &handle,
+        json!({"request_id": "r", "model": "m", "prompt": "p"}),
+    )
+    .await
+    .unwrap();
+    let err = chat(
+        &handle,
+        json!({"request_id": "r", "model": "m", "prompt": "q"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::PayloadMismatch { .. }), "{err}");
+    assert_eq!(CHAT_CALLS.load(Ordering::SeqCst), 2);
+}

@@ -3,7 +3,7 @@
 use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
-use crate::operation::Operation;
+use crate::operation::{Operation, Outcome};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -64,25 +64,90 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = R>,
 {
+    let result = run_with_outcome(handle, operation, payload, deadline, body).await;
+    R::from_result(result.map(|(value, _)| value))
+}
+
+/// Runs the body through the engine, and says how the call was answered.
+pub async fn run_with_outcome<R, F, Fut>(
+    handle: &Idempotency,
+    operation: &Operation,
+    payload: Result<Value, serde_json::Error>,
+    deadline: Option<SystemTime>,
+    body: F,
+) -> Result<(R::Ok, Outcome), R::Err>
+where
+    R: IdempotentResult,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = R>,
+{
     let payload = match payload {
         Ok(payload) => payload,
         Err(e) => {
-            return R::from_result(Err(R::Err::from(Error::InvalidKey {
+            return Err(R::Err::from(Error::InvalidKey {
                 reason: "the payload does not serialize to JSON".into(),
                 source: Some(Box::new(e)),
-            })));
+            }));
         }
     };
-    let result = handle
+    handle
         .execute_inner(operation, &payload, deadline, || async move {
             body().await.into_result()
         })
-        .await;
-    R::from_result(
-        result
-            .map(|(value, _)| value)
-            .map_err(ExecuteError::into_inner),
-    )
+        .await
+        .map_err(ExecuteError::into_inner)
+}
+
+/// The default operation name: the path of the marker function the macro declares in the
+/// body, as `std::any::type_name` prints it, less the marker, the `{{closure}}` parts an
+/// async body (or an enclosing closure) adds, and `companion_suffix` (`_with_outcome`, so
+/// that the function and its companion share stored ids). A `#` (a `char` const argument)
+/// would end the operation part of stored ids: it is escaped.
+pub fn operation_name(marker_path: &str, companion_suffix: &str) -> String {
+    let path = marker_path
+        .strip_suffix("::__idempotent_marker")
+        .unwrap_or(marker_path)
+        .replace("::{{closure}}", "");
+    let path = match path.strip_suffix(companion_suffix) {
+        Some(stripped) if !companion_suffix.is_empty() => stripped,
+        _ => &path,
+    };
+    path.replace('#', "%23")
+}
+
+/// The field names of `hash = CONST` and `validate = CONST`.
+#[diagnostic::on_unimplemented(
+    message = "`hash` and `validate` take field names, not `{Self}`",
+    label = "expected a constant of type `[&str; N]`, `&[&str]` or `Vec<&str>`",
+    note = "each name is a field of the payload or a JSON pointer (`/a/b`)"
+)]
+pub trait FieldList {
+    /// The names.
+    fn field_names(&self) -> &[&str];
+}
+
+impl<const N: usize> FieldList for [&str; N] {
+    fn field_names(&self) -> &[&str] {
+        self
+    }
+}
+
+impl FieldList for [&str] {
+    fn field_names(&self) -> &[&str] {
+        self
+    }
+}
+
+impl FieldList for Vec<&str> {
+    fn field_names(&self) -> &[&str] {
+        self
+    }
+}
+
+impl<L: FieldList + ?Sized> FieldList for &L {
+    fn field_names(&self) -> &[&str] {
+        (**self).field_names()
+    }
 }
 
 /// The return types `#[idempotent]` accepts.
@@ -114,5 +179,49 @@ where
     }
     fn from_result(result: Self) -> Self {
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operation_name_is_the_function_path() {
+        let name = |marker, suffix| operation_name(marker, suffix);
+        assert_eq!(
+            name("app::orders::process::__idempotent_marker", ""),
+            "app::orders::process"
+        );
+        assert_eq!(
+            name("app::Order::handle::{{closure}}::__idempotent_marker", ""),
+            "app::Order::handle"
+        );
+        assert_eq!(
+            name(
+                "app::handle_with_outcome::{{closure}}::__idempotent_marker",
+                "_with_outcome"
+            ),
+            "app::handle",
+            "the companion shares the function's stored ids"
+        );
+        assert_eq!(
+            name("app::process_with_outcome::__idempotent_marker", ""),
+            "app::process_with_outcome",
+            "a function named so without the flag keeps its name"
+        );
+        assert_eq!(
+            name("app::Marked<'#'>::handle::__idempotent_marker", ""),
+            "app::Marked<'%23'>::handle"
+        );
+    }
+
+    #[test]
+    fn field_lists_come_from_arrays_slices_and_vectors() {
+        const ARRAY: [&str; 2] = ["a", "b"];
+        const SLICE: &[&str] = &["a", "/b/c"];
+        assert_eq!(FieldList::field_names(&ARRAY), ["a", "b"]);
+        assert_eq!(FieldList::field_names(&SLICE), ["a", "/b/c"]);
+        assert_eq!(FieldList::field_names(&vec!["x"]), ["x"]);
     }
 }

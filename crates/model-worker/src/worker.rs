@@ -9,7 +9,6 @@ use lambda_idempotency::{
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::info;
 
 /// What one delivery did.
@@ -83,10 +82,9 @@ impl Worker {
                     }
                     .into());
                 }
-                let called = AtomicBool::new(false);
-                let completion = self.complete(request, &called).await?;
+                let (completion, outcome) = self.complete_with_outcome(request).await?;
                 Ok::<_, Error>(Delivery {
-                    called_model: called.load(Ordering::SeqCst),
+                    called_model: outcome.ran(),
                     completion,
                 })
             })
@@ -94,16 +92,17 @@ impl Worker {
     }
 
     /// Asks the model once per request: a duplicate gets the stored completion.
+    /// `complete_with_outcome` also says whether this call asked the model.
     #[idempotent(
         handle = self.idempotency,
         payload = request,
         key = "request_id",
-        hash = ["model", "messages", "temperature", "max_tokens"],
-        validate = ["model", "messages", "temperature", "max_tokens"],
-        operation = "chat_completion"
+        hash = ChatRequest::CANONICAL_FIELDS,
+        validate = ChatRequest::CANONICAL_FIELDS,
+        operation = "chat_completion",
+        with_outcome
     )]
-    async fn complete(&self, request: ChatRequest, called: &AtomicBool) -> Result<Value, Error> {
-        called.store(true, Ordering::SeqCst);
+    async fn complete(&self, request: ChatRequest) -> Result<Value, Error> {
         let deadline = lambda_idempotency::current_deadline();
         Ok(self.model.complete(&request, deadline).await?)
     }

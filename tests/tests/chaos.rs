@@ -11,7 +11,6 @@
 //! Replay a run with `CHAOS_SEED=<seed printed by the run>`.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use e2e_tests::TestTable;
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::Status;
 use lambda_idempotency::store::epoch_millis;
@@ -23,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use test_support::TestTable;
 
 const DISTINCT_REQUESTS: usize = 200;
 const WORKERS: usize = 4;

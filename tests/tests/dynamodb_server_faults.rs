@@ -8,10 +8,10 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use e2e_tests::TestTable;
 use std::time::{Duration, Instant};
+use test_support::TestTable;
 
-/// Like [`e2e_tests::client`], but each attempt gives up after `attempt_timeout`.
+/// Like [`test_support::client`], but each attempt gives up after `attempt_timeout`.
 fn client_with_attempt_timeout(endpoint: &str, attempt_timeout: Duration) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -79,7 +79,7 @@ async fn applied_internal_writes_the_item_but_answers_500() {
 async fn hang_outlasts_the_attempt_timeout_and_the_write_lands_late() {
     let hung = TestTable::create("hang").await;
     let other = TestTable::create("hang-other").await;
-    let endpoint = e2e_tests::endpoint().await;
+    let endpoint = test_support::endpoint().await;
     let impatient = client_with_attempt_timeout(&endpoint, Duration::from_millis(300));
     hung.inject_hang("PutItem", 2.0, 1).await;
 

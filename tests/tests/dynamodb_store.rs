@@ -1,7 +1,6 @@
 //! The DynamoDB store against a real DynamoDB-compatible server: the conformance suite,
 //! request counts per path, and store faults.
 
-use e2e_tests::TestTable;
 use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::{
@@ -10,6 +9,7 @@ use lambda_idempotency::{
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use test_support::TestTable;
 
 fn dynamo_op(op: StoreOp) -> &'static str {
     match op {
@@ -194,8 +194,8 @@ async fn server_errors_on_claim_are_retried_then_surface() {
 
 #[tokio::test]
 async fn a_missing_table_is_a_clear_non_retryable_store_error() {
-    let endpoint = e2e_tests::endpoint().await;
-    let store = DynamoDbStore::new(e2e_tests::client(&endpoint), "no-such-table");
+    let endpoint = test_support::endpoint().await;
+    let store = DynamoDbStore::new(test_support::client(&endpoint), "no-such-table");
     let idem = Idempotency::new(store);
     let calls = AtomicU32::new(0);
     let err = call(&idem, &payload("x"), &calls).await.unwrap_err();
@@ -287,7 +287,7 @@ async fn a_conflict_without_the_old_item_falls_back_to_one_consistent_read() {
 /// The environment `scripts/test` sets so `DynamoDbStore::from_env` reaches the test server.
 fn from_env_endpoint() -> String {
     let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_default();
-    let server = std::env::var(e2e_tests::ENDPOINT_ENV).unwrap_or_default();
+    let server = std::env::var(test_support::ENDPOINT_ENV).unwrap_or_default();
     assert!(
         !endpoint.is_empty() && endpoint == server,
         "this test builds its client with DynamoDbStore::from_env: run it through scripts/test, \

@@ -1,9 +1,9 @@
 //! `#[idempotent]` over the DynamoDB store on the local test server.
 
-use e2e_tests::TestTable;
 use lambda_idempotency::{DynamoDbStore, Error, Idempotency, idempotent};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU32, Ordering};
+use test_support::TestTable;
 
 #[derive(Serialize, Deserialize)]
 struct Request {

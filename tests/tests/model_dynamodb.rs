@@ -4,10 +4,10 @@
 //!
 //! `MODEL_SEEDS=n` runs n histories per setup (default 12); `MODEL_SEED=s` replays one.
 
-use e2e_tests::TestTable;
 use lambda_idempotency::DynamoDbStore;
 use lambda_idempotency::store::conformance::model::{self, Setup};
 use std::time::Duration;
+use test_support::TestTable;
 
 fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("MODEL_SEED") {

@@ -3,7 +3,6 @@
 //! not one result row.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use e2e_tests::TestTable;
 use lambda_idempotency::store::epoch_millis;
 use lambda_idempotency::{DynamoDbStore, FailureKind, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
@@ -11,6 +10,7 @@ use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime};
+use test_support::TestTable;
 
 const SINGLE: &str = include_str!("../../events/single-request.json");
 const SAME_MESSAGE_AGAIN: &str = include_str!("../../events/same-message-twice.json");

@@ -15,20 +15,6 @@ use std::time::{Duration, SystemTime};
 
 const SINGLE: &str = include_str!("../../../events/single-request.json");
 
-async fn endpoint() -> String {
-    let endpoint = std::env::var("DYNAMODB_TEST_ENDPOINT").unwrap_or_else(|_| {
-        panic!(
-            "DYNAMODB_TEST_ENDPOINT is not set: these tests need the local test server (moto), \
-             which `scripts/test` starts"
-        )
-    });
-    let addr = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    if let Err(e) = tokio::net::TcpStream::connect(addr).await {
-        panic!("the test server at {endpoint} is not reachable ({e}); run `scripts/test`");
-    }
-    endpoint
-}
-
 async fn sdk(endpoint: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
@@ -73,7 +59,7 @@ fn config(arn: &str, base_url: &str) -> WorkerConfig {
 
 #[tokio::test]
 async fn the_worker_sends_the_key_it_read_from_the_secret() {
-    let endpoint = endpoint().await;
+    let endpoint = test_support::endpoint().await;
     let sdk = sdk(&endpoint).await;
     let arn = create_secret(&sdk, "plain", "sk-from-the-secret\n").await;
     let provider = ProviderStub::start().await.unwrap();
@@ -102,7 +88,7 @@ async fn the_worker_sends_the_key_it_read_from_the_secret() {
 
 #[tokio::test]
 async fn a_json_secret_gives_its_api_key_field() {
-    let endpoint = endpoint().await;
+    let endpoint = test_support::endpoint().await;
     let sdk = sdk(&endpoint).await;
     let arn = create_secret(&sdk, "json", r#"{"api_key": "sk-json", "owner": "ml"}"#).await;
     let config = config(&arn, "http://127.0.0.1:9")
@@ -142,7 +128,7 @@ async fn start_binary(endpoint: &str, arn: &str) -> (Option<i32>, String) {
 
 #[tokio::test]
 async fn start_up_fails_with_a_clear_message_when_the_secret_cannot_be_read() {
-    let endpoint = endpoint().await;
+    let endpoint = test_support::endpoint().await;
     let sdk = sdk(&endpoint).await;
 
     let missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:model-worker/absent-AbC123";

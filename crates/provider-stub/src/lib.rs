@@ -6,15 +6,16 @@
 //! ([`ProviderStub::set_delay`]), or for one, by putting `[[delay_ms=N]]` in the content of
 //! its last message.
 //!
-//! It speaks just enough HTTP/1.1 (one request per connection, `Connection: close`).
+//! It serves HTTP/1.1 through `test_support::http` (hyper), one request per connection.
 
 use serde_json::{Value, json};
-use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use test_support::http::header::{AUTHORIZATION, CONNECTION, HeaderValue};
+use test_support::http::{self, Request, Response, Server, StatusCode};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 /// One request as the provider received it.
@@ -36,15 +37,14 @@ struct State {
     delay_ms: AtomicU64,
     fail_next: AtomicU32,
     served: Notify,
-    log_file: Option<std::path::PathBuf>,
+    log_file: Option<PathBuf>,
 }
 
 /// A running stand-in provider. Stops when dropped.
 #[derive(Debug)]
 pub struct ProviderStub {
-    addr: SocketAddr,
+    server: Server,
     state: Arc<State>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl ProviderStub {
@@ -54,31 +54,19 @@ impl ProviderStub {
     }
 
     /// Starts on `addr`, appending each request as a JSON line to `log_file` if given.
-    pub async fn start_on(
-        addr: &str,
-        log_file: Option<std::path::PathBuf>,
-    ) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
+    pub async fn start_on(addr: &str, log_file: Option<PathBuf>) -> std::io::Result<Self> {
         let state = Arc::new(State {
             log_file,
             ..State::default()
         });
         let serving = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let state = serving.clone();
-                tokio::spawn(async move {
-                    let _ = serve(stream, &state).await;
-                });
-            }
-        });
-        Ok(Self { addr, state, task })
+        let server = Server::bind(addr, move |request| answer(serving.clone(), request)).await?;
+        Ok(Self { server, state })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234` (the worker's `MODEL_BASE_URL`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// Every request received so far.
@@ -118,54 +106,19 @@ impl ProviderStub {
     }
 }
 
-impl Drop for ProviderStub {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(4096);
-    let head_end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() > 1 << 20 {
-            return respond(&mut stream, 431, &json!({"error": "headers too large"})).await;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.lines();
-    let mut request_line = lines.next().unwrap_or_default().split_whitespace();
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let path = request_line.next().unwrap_or_default().to_owned();
-    let mut content_length = 0usize;
-    let mut authorization = None;
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => content_length = value.trim().parse().unwrap_or(0),
-                "authorization" => authorization = Some(value.trim().to_owned()),
-                _ => {}
-            }
-        }
-    }
-    let mut body = buf[head_end..].to_vec();
-    while body.len() < content_length {
-        let mut chunk = vec![0u8; content_length - body.len()];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+async fn answer(state: Arc<State>, request: Request) -> Response {
+    let method = request.method().to_string();
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let authorization = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body: Value = serde_json::from_slice(request.body()).unwrap_or(Value::Null);
     let number = {
         let mut log = state.log.lock().unwrap();
         log.push(LoggedRequest {
@@ -179,12 +132,13 @@ async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     if let Some(file) = &state.log_file {
         let line =
             json!({"n": number, "method": method, "path": path, "body": body}).to_string() + "\n";
-        let mut f = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(file)
-            .await?;
-        f.write_all(line.as_bytes()).await?;
+        if let Err(e) = append(file, &line).await {
+            let message = format!("cannot write {}: {e}", file.display());
+            return respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": {"message": message}}),
+            );
+        }
     }
     state.served.notify_waiters();
 
@@ -194,11 +148,9 @@ async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     }
     if method != "POST" || path != "/v1/chat/completions" {
         return respond(
-            &mut stream,
-            404,
+            StatusCode::NOT_FOUND,
             &json!({"error": {"message": format!("no route {method} {path}")}}),
-        )
-        .await;
+        );
     }
     let failing = state
         .fail_next
@@ -206,13 +158,33 @@ async fn serve(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         .is_ok();
     if failing {
         return respond(
-            &mut stream,
-            500,
+            StatusCode::INTERNAL_SERVER_ERROR,
             &json!({"error": {"message": "the model is overloaded (injected by the stub)", "type": "server_error"}}),
-        )
-        .await;
+        );
     }
-    respond(&mut stream, 200, &completion(number, &body)).await
+    respond(StatusCode::OK, &completion(number, &body))
+}
+
+/// A JSON answer, after which the connection closes: each call opens its own, as
+/// docs/benchmarks.md measures the worker's provider call.
+fn respond(status: StatusCode, body: &Value) -> Response {
+    let mut response = http::json(status, body);
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+async fn append(file: &Path, line: &str) -> std::io::Result<()> {
+    let mut f = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .await?;
+    f.write_all(line.as_bytes()).await?;
+    // tokio's file hands the write to a blocking thread: flush, so the line is there once
+    // the request is answered.
+    f.flush().await
 }
 
 /// The `[[delay_ms=N]]` marker in the last message, if any.
@@ -243,25 +215,4 @@ fn completion(number: usize, request: &Value) -> Value {
         }],
         "usage": {"prompt_tokens": last.len() / 4 + 1, "completion_tokens": 8, "total_tokens": last.len() / 4 + 9}
     })
-}
-
-async fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
-    let body = body.to_string();
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        431 => "Request Header Fields Too Large",
-        _ => "Internal Server Error",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }

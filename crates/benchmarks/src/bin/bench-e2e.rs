@@ -4,12 +4,12 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use benchmarks::{sqs_event, typical_body};
-use e2e_tests::TestTable;
 use lambda_idempotency::{DynamoDbStore, Idempotency, IdempotencyBuilder, Outcome};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ChatRequest, ModelClient};
 use provider_stub::ProviderStub;
 use std::time::{Duration, Instant};
+use test_support::TestTable;
 
 const RUNS: usize = 7;
 

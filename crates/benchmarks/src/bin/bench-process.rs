@@ -6,10 +6,10 @@
 
 use benchmarks::runtime_api::RuntimeApi;
 use benchmarks::{sqs_event, typical_body};
-use e2e_tests::TestTable;
 use provider_stub::ProviderStub;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+use test_support::TestTable;
 
 const DELIVERIES: usize = 400;
 const ROUNDS: usize = 3;
@@ -23,7 +23,7 @@ struct Measured {
 #[tokio::main]
 async fn main() {
     let provider = ProviderStub::start().await.unwrap();
-    let endpoint = e2e_tests::endpoint().await;
+    let endpoint = test_support::endpoint().await;
     let mut results: Vec<(&str, Vec<Measured>)> =
         vec![("model-worker", Vec::new()), ("floor-worker", Vec::new())];
     for round in 0..ROUNDS {

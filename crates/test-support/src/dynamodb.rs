@@ -1,4 +1,4 @@
-//! Support for the end-to-end tests: the local DynamoDB test server and its control API.
+//! The local DynamoDB test server and its control API.
 //!
 //! The server is `tests/servers/dynamodb_server.py` (moto behind a wrapper that serializes
 //! requests, counts them and injects faults), started by `scripts/test`. Tests find it at
@@ -14,10 +14,7 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-pub mod http;
 
 /// The environment variable naming the test server, e.g. `http://127.0.0.1:8000`.
 pub const ENDPOINT_ENV: &str = "DYNAMODB_TEST_ENDPOINT";
@@ -48,7 +45,7 @@ pub fn client(endpoint: &str) -> Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "e2e-tests"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test-support"))
         .retry_config(RetryConfig::disabled())
         .build();
     Client::from_conf(config)
@@ -190,22 +187,11 @@ impl TestTable {
 
     async fn control(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}{path}", self.endpoint);
-        let (status, body) = http::request(method, &url, body.map(|b| b.to_string()).as_deref())
+        let body = body.map(|b| b.to_string());
+        let (status, body) = crate::http::request(method, &url, body.as_deref())
             .await
-            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(status, 200, "{method} {url}: {body}");
         serde_json::from_str(&body).expect("control answers are JSON")
     }
-}
-
-/// Reads a whole stream, for the tiny HTTP client.
-pub(crate) async fn read_all(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    stream.read_to_end(&mut buf).await?;
-    Ok(buf)
-}
-
-/// Writes all of `bytes`, for the tiny HTTP client.
-pub(crate) async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    stream.write_all(bytes).await
 }

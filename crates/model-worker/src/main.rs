@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     let config = match config {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("model-worker: {e}");
+            tracing::error!("model-worker: {e}");
             std::process::exit(2);
         }
     };

@@ -111,7 +111,8 @@ async fn start_binary(endpoint: &str, arn: &str) -> (Option<i32>, String) {
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(Stdio::null())
+        // The worker logs through tracing, to stdout as Lambda's default subscriber does.
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -120,10 +121,9 @@ async fn start_binary(endpoint: &str, arn: &str) -> (Option<i32>, String) {
         .await
         .expect("model-worker exits at start-up")
         .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), output)
 }
 
 #[tokio::test]

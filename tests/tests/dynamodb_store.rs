@@ -62,6 +62,13 @@ async fn dynamodb_store_runs_once_under_every_store_fault() {
 }
 
 #[tokio::test]
+async fn dynamodb_store_validates_and_replays_through_the_engine() {
+    let (_table, store) = store("engine-basics").await;
+    conformance::payload_mismatch(store.clone()).await;
+    conformance::engine_replays_without_running(store).await;
+}
+
+#[tokio::test]
 async fn dynamodb_store_request_counts_through_the_engine() {
     let (_table, store) = store("engine-counts").await;
     conformance::engine_request_counts(store).await;

@@ -27,6 +27,12 @@ async fn memory_store_runs_once_under_every_store_fault() {
 }
 
 #[tokio::test]
+async fn memory_store_validates_and_replays_through_the_engine() {
+    conformance::payload_mismatch(MemoryStore::new()).await;
+    conformance::engine_replays_without_running(MemoryStore::new()).await;
+}
+
+#[tokio::test]
 async fn memory_store_request_counts_through_the_engine() {
     conformance::engine_request_counts(MemoryStore::new()).await;
 }

@@ -1,0 +1,421 @@
+//! The engine over a store: what a backend must make possible for the protocol as a
+//! whole (payload validation, replay, request counts, every store fault, leases that an
+//! expiry never ends). Each function takes the store by value and wraps it as it needs.
+
+use super::op_name;
+use crate::clock::TestClock;
+use crate::error::{Error, ExecuteError};
+use crate::handle::Idempotency;
+use crate::key::KeyStrategy;
+use crate::operation::{Operation, Outcome};
+use crate::record::{Status, epoch_secs};
+use crate::store::faulty::{Fault, FaultyStore};
+use crate::store::{IdempotencyStore, StoreOp};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Runs every engine behaviour below over `store`.
+pub async fn run_all<S: IdempotencyStore + Clone + 'static>(store: S) {
+    payload_mismatch(store.clone()).await;
+    engine_replays_without_running(store.clone()).await;
+    engine_request_counts(store.clone()).await;
+    engine_keeps_leases(store.clone()).await;
+    engine_under_faults(store).await;
+}
+
+/// Through the engine: the same key with a different payload is refused, and the first
+/// call's result is not returned.
+pub async fn payload_mismatch<S: IdempotencyStore + 'static>(store: S) {
+    let idempotency = Idempotency::new(store);
+    let op = Operation::new(op_name("mismatch"), KeyStrategy::field("id")).validate(["prompt"]);
+    let first = json!({"id": "k", "prompt": "a"});
+    let (v, _) = idempotency
+        .execute(&op, &first, || async {
+            Ok::<_, Error>("first".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(v, "first");
+    let second = json!({"id": "k", "prompt": "b"});
+    let result = idempotency
+        .execute(&op, &second, || async {
+            Ok::<_, Error>("second".to_string())
+        })
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::PayloadMismatch { .. }))
+        ),
+        "a different payload under one key must be refused, got {result:?}"
+    );
+}
+
+/// Through the engine: a duplicate returns the stored result without running the function.
+pub async fn engine_replays_without_running<S: IdempotencyStore + 'static>(store: S) {
+    let idempotency = Idempotency::new(store);
+    let op = Operation::new(op_name("replay"), KeyStrategy::field("id"));
+    let payload = json!({"id": "k"});
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    for expected in [Outcome::Executed, Outcome::Replayed] {
+        let calls = calls.clone();
+        let (v, outcome) = idempotency
+            .execute(&op, &payload, || async move {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, Error>(vec![1u8, 2, 3])
+            })
+            .await
+            .unwrap();
+        assert_eq!((v, outcome), (vec![1, 2, 3], expected));
+    }
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the function ran once"
+    );
+}
+
+/// The engine over `store` under every fault between the store and its caller, each
+/// injected by a [`FaultyStore`] around it: the function runs once, the record ends as it
+/// should, and the request counts are exact.
+///
+/// Uses real time with a short attempt timeout: a few seconds in all.
+pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S) {
+    let faulty = FaultyStore::new(store);
+    let idempotency = Idempotency::builder(faulty.clone())
+        .store_attempt_timeout(FAULT_ATTEMPT_TIMEOUT)
+        .lease(Duration::from_secs(30))
+        .build();
+    let op = Operation::new(op_name("faults"), KeyStrategy::field("id"));
+    let case = async |name: &str, fault: Option<(StoreOp, Fault)>| {
+        faulty.clear_faults();
+        faulty.reset_requests();
+        if let Some((at, fault)) = fault {
+            faulty.inject(at, fault, 1);
+        }
+        let payload = json!({"id": format!("{name}-{:016x}", fastrand::u64(..))});
+        let id = idempotency.idempotency_id(&op, &payload).unwrap();
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let result = idempotency
+            .execute(&op, &payload, || async {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, Error>(format!("answer for {name}"))
+            })
+            .await;
+        let calls = calls.load(std::sync::atomic::Ordering::SeqCst);
+        (id, result, calls)
+    };
+
+    // The claim was applied, its answer lost: the retry finds its own record and runs.
+    let (id, result, calls) = case(
+        "claim_answer_lost",
+        Some((StoreOp::Claim, Fault::AnswerLost)),
+    )
+    .await;
+    let (_, outcome) = result.expect("a lost claim answer is recovered");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "claim answer lost"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Claim),
+        2,
+        "claim answer lost: two claims"
+    );
+    assert_completed(faulty.inner(), &id, "claim answer lost").await;
+
+    // The claim hangs: cut off at the attempt timeout, retried, run once.
+    let (id, result, calls) = case("claim_hang", Some((StoreOp::Claim, Fault::Hang))).await;
+    let (_, outcome) = result.expect("a hung claim is retried");
+    assert_eq!((outcome, calls), (Outcome::Executed, 1), "claim hang");
+    assert_eq!(faulty.requests(StoreOp::Claim), 2, "claim hang: two claims");
+    assert_completed(faulty.inner(), &id, "claim hang").await;
+
+    // The claim is applied late, after the retry won and the result was stored: the late
+    // write must not reopen the completed record.
+    let late = FAULT_ATTEMPT_TIMEOUT * 3;
+    let (id, result, calls) =
+        case("claim_late", Some((StoreOp::Claim, Fault::LateApply(late)))).await;
+    let (_, outcome) = result.expect("a late claim is retried");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "claim applied late"
+    );
+    tokio::time::sleep(late + FAULT_ATTEMPT_TIMEOUT).await;
+    assert_completed(faulty.inner(), &id, "claim applied late").await;
+
+    // The completion was applied, its answer lost: the retry succeeds, nothing runs twice.
+    let (id, result, calls) = case(
+        "complete_answer_lost",
+        Some((StoreOp::Complete, Fault::AnswerLost)),
+    )
+    .await;
+    let (_, outcome) = result.expect("a lost completion answer is recovered");
+    assert_eq!(
+        (outcome, calls),
+        (Outcome::Executed, 1),
+        "complete answer lost"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Complete),
+        2,
+        "complete answer lost: two completions"
+    );
+    assert_completed(faulty.inner(), &id, "complete answer lost").await;
+
+    // The completion hangs: cut off and retried.
+    let (id, result, calls) = case("complete_hang", Some((StoreOp::Complete, Fault::Hang))).await;
+    let (_, outcome) = result.expect("a hung completion is retried");
+    assert_eq!((outcome, calls), (Outcome::Executed, 1), "complete hang");
+    assert_completed(faulty.inner(), &id, "complete hang").await;
+
+    // A store that refuses the claim outright: one request, a non-retryable error, no run.
+    let (id, result, calls) = case("claim_rejected", Some((StoreOp::Claim, Fault::Rejected))).await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: false,
+                ..
+            }))
+        ),
+        "a rejected claim is a non-retryable store error, got {result:?}"
+    );
+    assert_eq!(
+        (calls, faulty.requests(StoreOp::Claim)),
+        (0, 1),
+        "claim rejected"
+    );
+    assert!(
+        faulty.inner().get(&id).await.unwrap().is_none(),
+        "claim rejected: no record"
+    );
+
+    // Throttled on every attempt: exactly the configured attempts, then the error.
+    faulty.clear_faults();
+    faulty.reset_requests();
+    faulty.inject(StoreOp::Claim, Fault::Unavailable, 10);
+    let payload = json!({"id": format!("throttled-{:016x}", fastrand::u64(..))});
+    let result = idempotency
+        .execute(&op, &payload, || async { Ok::<_, Error>(String::new()) })
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: true,
+                ..
+            }))
+        ),
+        "persistent throttling surfaces as a retryable store error, got {result:?}"
+    );
+    assert_eq!(
+        faulty.requests(StoreOp::Claim),
+        u64::from(crate::config::DEFAULT_MAX_STORE_ATTEMPTS),
+        "the engine makes exactly its configured attempts"
+    );
+    faulty.clear_faults();
+}
+
+/// Attempt timeout of [`engine_under_faults`]: long enough for a real server's answer.
+const FAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn assert_completed(store: &dyn IdempotencyStore, id: &str, case: &str) {
+    let record = store
+        .get(id)
+        .await
+        .expect("get")
+        .unwrap_or_else(|| panic!("{case}: the record is gone"));
+    assert_eq!(record.status, Status::Completed, "{case}: {record:?}");
+    assert!(record.data.is_some(), "{case}: the result is stored");
+}
+
+/// The engine over `store`: an expiry shorter than the call never lets a duplicate run
+/// while the first call's lease is live; huge settings never panic; names that would
+/// make two operations share ids are refused.
+pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S) {
+    // An expiry of a minute, a call of five: the duplicate after two minutes is refused.
+    let clock = TestClock::new(SystemTime::now());
+    let idempotency = Idempotency::builder(store.clone())
+        .expires_after(Duration::from_secs(60))
+        .lease(Duration::from_secs(300))
+        .clock(clock.clone())
+        .build();
+    let op = Operation::new(op_name("short_expiry"), KeyStrategy::field("id"));
+    let payload = json!({"id": "k"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = idempotency.execute(&op, &payload, || async move {
+        let _ = started_tx.send(());
+        let _ = finish_rx.await;
+        Ok::<_, Error>("first".to_string())
+    });
+    let second = async {
+        started_rx.await.expect("the first call started");
+        clock.advance(Duration::from_secs(120));
+        let second = idempotency
+            .execute(&op, &payload, || async {
+                Ok::<_, Error>("second".to_string())
+            })
+            .await;
+        let id = idempotency.idempotency_id(&op, &payload).unwrap();
+        let claimed = store.get(&id).await.unwrap().expect("the claim");
+        let _ = finish_tx.send(());
+        (second, claimed)
+    };
+    let (first, (second, claimed)) = tokio::join!(first, second);
+    let lease_end = claimed.in_progress_expiration.expect("a lease");
+    assert!(
+        epoch_secs(claimed.expiration) >= epoch_secs(lease_end),
+        "the claim's expiration {:?} is at least its lease end {lease_end:?}",
+        claimed.expiration
+    );
+    assert!(
+        matches!(
+            second,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "a duplicate after the expiry but within the lease must be refused, got {second:?}"
+    );
+    let (value, _) = first.expect("the first call completes");
+    assert_eq!(value, "first");
+
+    // Huge settings are capped, not a panic on every call.
+    let idempotency = Idempotency::builder(store.clone())
+        .expires_after(Duration::MAX)
+        .lease(Duration::MAX)
+        .build();
+    let op = Operation::new(op_name("huge"), KeyStrategy::field("id"));
+    let (value, outcome) = idempotency
+        .execute(&op, &payload, || async { Ok::<_, Error>(1u8) })
+        .await
+        .expect("Duration::MAX settings work");
+    assert_eq!((value, outcome), (1, Outcome::Executed));
+
+    // Separators in names are refused: `charge#eu` + `42` would be `charge` + `eu#42`.
+    let idempotency = Idempotency::new(store.clone());
+    for (op, what) in [
+        (
+            Operation::new("charge#eu", KeyStrategy::field("id")),
+            "operation name",
+        ),
+        (
+            Operation::new("charge", KeyStrategy::field("id")).key_prefix("a#b"),
+            "key prefix",
+        ),
+    ] {
+        let result = idempotency
+            .execute(&op, &payload, || async {
+                Ok::<_, Error>(unreachable_body())
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(ExecuteError::Idempotency(Error::InvalidName { what: w, .. })) if *w == what),
+            "{what} with '#' must be refused, got {result:?}"
+        );
+    }
+    let dotted = Idempotency::builder(store).function_name("my.fn").build();
+    let result = dotted
+        .execute(
+            &Operation::new("op", KeyStrategy::field("id")),
+            &payload,
+            || async { Ok::<_, Error>(unreachable_body()) },
+        )
+        .await;
+    assert!(
+        matches!(
+            &result,
+            Err(ExecuteError::Idempotency(Error::InvalidName {
+                what: "function name",
+                ..
+            }))
+        ),
+        "a function name with '.' must be refused, got {result:?}"
+    );
+}
+
+fn unreachable_body() -> u8 {
+    panic!("the function must not run when its name is refused")
+}
+
+/// Through the engine over `store`, counted by a [`FaultyStore`] around it: the store
+/// calls each path costs, the physical minimum. First delivery 2 (claim, complete);
+/// completed duplicate 1; in-progress duplicate 1; local cache hit 0; takeover of a
+/// crashed worker's claim 2.
+pub async fn engine_request_counts<S: IdempotencyStore + Clone + 'static>(store: S) {
+    let counted = FaultyStore::new(store);
+    let clock = TestClock::new(SystemTime::now());
+    let idempotency = Idempotency::builder(counted.clone())
+        .lease(Duration::from_secs(30))
+        .clock(clock.clone())
+        .build();
+    let op = Operation::new(op_name("counts"), KeyStrategy::field("id"));
+    let answer = || async { Ok::<_, Error>("answer".to_string()) };
+    let count = |what: &str, expected: u64| {
+        assert_eq!(counted.total_requests(), expected, "{what}");
+        counted.reset_requests();
+    };
+
+    let first = json!({"id": "first"});
+    let (_, outcome) = idempotency.execute(&op, &first, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    count("first delivery: claim and complete", 2);
+    let (_, outcome) = idempotency.execute(&op, &first, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    count("completed duplicate: one claim answered with the record", 1);
+
+    let busy = json!({"id": "busy"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = idempotency.execute(&op, &busy, || async move {
+        let _ = started_tx.send(());
+        let _ = finish_rx.await;
+        Ok::<_, Error>("busy".to_string())
+    });
+    let duplicate = async {
+        started_rx.await.expect("the first call started");
+        counted.reset_requests();
+        let duplicate = idempotency.execute(&op, &busy, answer).await;
+        let calls = counted.total_requests();
+        let _ = finish_tx.send(());
+        (duplicate, calls)
+    };
+    let (running, (duplicate, calls)) = tokio::join!(running, duplicate);
+    running.expect("the first call completes");
+    assert!(
+        matches!(
+            duplicate,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "{duplicate:?}"
+    );
+    assert_eq!(calls, 1, "in-progress duplicate: one claim");
+    counted.reset_requests();
+
+    let cached = Idempotency::builder(counted.clone()).local_cache(8).build();
+    let again = json!({"id": "cached"});
+    cached.execute(&op, &again, answer).await.unwrap();
+    counted.reset_requests();
+    let (_, outcome) = cached.execute(&op, &again, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::ReplayedFromCache);
+    count("local cache hit: no store call", 0);
+
+    let crashed = json!({"id": "crashed"});
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let dying = idempotency.execute(&op, &crashed, || async move {
+        let _ = started_tx.send(());
+        std::future::pending::<Result<String, Error>>().await
+    });
+    tokio::select! {
+        _ = dying => panic!("the crashed call never returns"),
+        _ = started_rx => {}
+    }
+    clock.advance(Duration::from_secs(31));
+    counted.reset_requests();
+    let (_, outcome) = idempotency.execute(&op, &crashed, answer).await.unwrap();
+    assert_eq!(outcome, Outcome::TookOver);
+    count("takeover: claim and complete", 2);
+}

@@ -221,6 +221,7 @@ mod tests {
     fn status_round_trips_through_its_stored_form() {
         for s in [Status::InProgress, Status::Completed] {
             assert_eq!(s.as_str().parse::<Status>().unwrap(), s);
+            assert_eq!(s.to_string(), s.as_str());
         }
         assert!("IN_PROGRESS".parse::<Status>().is_err());
     }

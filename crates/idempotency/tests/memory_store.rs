@@ -27,6 +27,18 @@ async fn memory_store_runs_once_under_every_store_fault() {
 }
 
 #[tokio::test]
+async fn memory_store_counts_its_records() {
+    let store = MemoryStore::new();
+    assert!(store.is_empty());
+    assert_eq!(store.len(), 0);
+    let idem = Idempotency::new(store.clone());
+    idem.run(&op(), &payload("one"), || async { Ok::<_, Error>(1) })
+        .await
+        .unwrap();
+    assert_eq!((store.len(), store.is_empty()), (1, false));
+}
+
+#[tokio::test]
 async fn memory_store_validates_and_replays_through_the_engine() {
     conformance::payload_mismatch(MemoryStore::new()).await;
     conformance::engine_replays_without_running(MemoryStore::new()).await;

@@ -14,7 +14,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::Status;
 use lambda_idempotency::store::epoch_millis;
-use lambda_idempotency::{DynamoDbStore, Idempotency, KeyStrategy, Operation, Outcome, SqsBatch};
+use lambda_idempotency::{DynamoDbStore, Idempotency, Operation, Outcome, SqsBatch};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ChatMessage, ChatRequest, ModelClient};
 use provider_stub::ProviderStub;
@@ -334,11 +334,7 @@ async fn chaos_run_completes_every_request_once() {
             .function_name("chaos")
             .store_attempt_timeout(Duration::from_millis(500))
             .build(),
-        operation: Operation::new(
-            "chat_completion",
-            KeyStrategy::field("request_id").or(KeyStrategy::hash(ChatRequest::CANONICAL_FIELDS)),
-        )
-        .validate(ChatRequest::CANONICAL_FIELDS),
+        operation: model_worker::Worker::operation(),
         model: ModelClient::new(&provider.base_url(), None).unwrap(),
         killed_mid_call: AtomicU64::new(0),
         may_call_again: Mutex::default(),

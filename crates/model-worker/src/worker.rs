@@ -5,7 +5,8 @@ use crate::provider::ModelClient;
 use crate::request::{ChatRequest, InvalidRequest};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_idempotency::{
-    BatchReport, DynamoDbStore, Idempotency, MemoryStore, SqsBatch, idempotent,
+    BatchReport, DynamoDbStore, Idempotency, KeyStrategy, MemoryStore, Operation, SqsBatch,
+    idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
@@ -36,6 +37,18 @@ impl Worker {
             model,
             batch: SqsBatch::new(),
         }
+    }
+
+    /// The worker's idempotent operation, the one `#[idempotent]` builds on `complete`
+    /// (name `chat_completion`, key `request_id` or the hash of
+    /// [`ChatRequest::CANONICAL_FIELDS`], which are also validated). For tests and
+    /// benchmarks that need its stored ids; a test pins that both give the same ids.
+    pub fn operation() -> Operation {
+        Operation::new(
+            "chat_completion",
+            KeyStrategy::field("request_id").or(KeyStrategy::hash(ChatRequest::CANONICAL_FIELDS)),
+        )
+        .validate(ChatRequest::CANONICAL_FIELDS)
     }
 
     /// A worker as configured by the environment.

@@ -56,3 +56,26 @@ async fn a_request_that_cannot_be_sent_fails_its_record_with_its_reason() {
     );
     assert_eq!(provider.completion_calls(), 0, "nothing was sent");
 }
+
+/// `Worker::operation()` is the operation `#[idempotent]` builds: both store under one id.
+#[tokio::test]
+async fn the_workers_operation_gives_the_macros_ids() {
+    let provider = ProviderStub::start().await.unwrap();
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::new(store.clone());
+    let model = ModelClient::new(&provider.base_url(), None).unwrap();
+    let worker = Worker::new(idempotency.clone(), model);
+    for body in [
+        r#"{"request_id": "r-7", "model": "m", "messages": [{"role": "user", "content": "hi"}]}"#,
+        r#"{"model": "m", "messages": [{"role": "user", "content": "no id"}], "temperature": 0.5}"#,
+    ] {
+        let fixture = serde_json::json!({"Records": [{"messageId": "m1", "body": body}]});
+        worker.process(event(&fixture.to_string())).await;
+        let request: serde_json::Value = serde_json::from_str(body).unwrap();
+        let typed: model_worker::ChatRequest = serde_json::from_value(request).unwrap();
+        let id = idempotency
+            .idempotency_id(&Worker::operation(), &serde_json::to_value(&typed).unwrap())
+            .unwrap();
+        assert!(store.record(&id).is_some(), "no record under {id}");
+    }
+}

@@ -19,13 +19,7 @@ async fn main() {
     let model = ModelClient::new(&provider.base_url(), None).unwrap();
     let table = TestTable::create("bench").await;
     let store = DynamoDbStore::new(table.client.clone(), &table.name);
-    let op = lambda_idempotency::Operation::new(
-        "chat_completion",
-        lambda_idempotency::KeyStrategy::field("request_id").or(
-            lambda_idempotency::KeyStrategy::hash(ChatRequest::CANONICAL_FIELDS),
-        ),
-    )
-    .validate(ChatRequest::CANONICAL_FIELDS);
+    let op = model_worker::Worker::operation();
     let build = |b: IdempotencyBuilder| b.build();
     let plain = build(Idempotency::builder(store.clone()));
     let cached = build(Idempotency::builder(store.clone()).local_cache(1024));

@@ -3,6 +3,17 @@
 
 VENV=${VENV:-.venv}
 
+# Cleanups run when the sourcing script exits, the last registered first.
+EXIT_ACTIONS=()
+at_exit() {
+  EXIT_ACTIONS=("$1" "${EXIT_ACTIONS[@]}")
+}
+run_exit_actions() {
+  local action
+  for action in "${EXIT_ACTIONS[@]}"; do eval "$action" || true; done
+}
+trap run_exit_actions EXIT
+
 # Creates .venv if needed and installs the pinned tools (a no-op when they are there).
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -22,7 +33,7 @@ start_dynamodb_server() {
   "$VENV/bin/python" tests/servers/dynamodb_server.py --port 0 --port-file "$DYNAMODB_PORT_FILE" \
     > target/dynamodb-server.log 2>&1 &
   DYNAMODB_SERVER_PID=$!
-  trap 'kill "$DYNAMODB_SERVER_PID" 2>/dev/null || true; wait "$DYNAMODB_SERVER_PID" 2>/dev/null || true; rm -f "$DYNAMODB_PORT_FILE"' EXIT
+  at_exit "kill $DYNAMODB_SERVER_PID 2>/dev/null || true; wait $DYNAMODB_SERVER_PID 2>/dev/null || true; rm -f '$DYNAMODB_PORT_FILE'"
   for _ in $(seq 1 300); do
     [ -s "$DYNAMODB_PORT_FILE" ] && break
     if ! kill -0 "$DYNAMODB_SERVER_PID" 2>/dev/null; then

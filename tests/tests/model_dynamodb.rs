@@ -9,21 +9,10 @@ use lambda_idempotency::store::conformance::model::{self, Setup};
 use std::time::Duration;
 use test_support::TestTable;
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("MODEL_SEED") {
-        return vec![seed.parse().expect("MODEL_SEED is a number")];
-    }
-    let n = std::env::var("MODEL_SEEDS")
-        .ok()
-        .map(|n| n.parse().expect("MODEL_SEEDS is a number"))
-        .unwrap_or(12);
-    (0..n).collect()
-}
-
 async fn run(name: &str, setup: Setup) {
     let table = TestTable::create(name).await;
     let store = DynamoDbStore::new(table.client.clone(), &table.name);
-    for seed in seeds() {
+    for seed in model::seeds(12) {
         model::run_seed(store.clone(), seed, setup, 40).await;
     }
 }

@@ -11,19 +11,8 @@ use lambda_idempotency::{Error, MemoryStore};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, SystemTime};
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("MODEL_SEED") {
-        return vec![seed.parse().expect("MODEL_SEED is a number")];
-    }
-    let n = std::env::var("MODEL_SEEDS")
-        .ok()
-        .map(|n| n.parse().expect("MODEL_SEEDS is a number"))
-        .unwrap_or(300);
-    (0..n).collect()
-}
-
 async fn run(setup: Setup) {
-    for seed in seeds() {
+    for seed in model::seeds(300) {
         model::run_seed(MemoryStore::new(), seed, setup, 40).await;
     }
 }

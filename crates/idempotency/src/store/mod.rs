@@ -26,6 +26,12 @@ pub mod conformance;
 pub mod dynamodb;
 pub mod faulty;
 pub mod memory;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 
 /// One of the store's four operations, for fault injection and counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -60,7 +60,10 @@ fn op_name(name: &str) -> String {
     format!("conformance-{name}-{:016x}", fastrand::u64(..))
 }
 
-fn claim_at(id: &str, now: SystemTime, lease: Duration, token: &str) -> Claim {
+/// A claim on `id` at `now` with a lease of `lease`, token `token`, validation `"v1"` and
+/// an expiration an hour after `now`: what the contract's tests write, for a backend's
+/// own tests.
+pub fn claim_at(id: &str, now: SystemTime, lease: Duration, token: &str) -> Claim {
     Claim {
         id: id.to_owned(),
         now,

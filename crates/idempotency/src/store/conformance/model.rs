@@ -125,6 +125,19 @@ pub fn history(seed: u64, keys: u8, len: usize) -> Vec<Step> {
         .collect()
 }
 
+/// The seeds to run: `MODEL_SEED=s` replays one history, `MODEL_SEEDS=n` runs `0..n`,
+/// otherwise `0..default`.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("MODEL_SEED") {
+        return vec![seed.parse().expect("MODEL_SEED is a number")];
+    }
+    let n = std::env::var("MODEL_SEEDS")
+        .ok()
+        .map(|n| n.parse().expect("MODEL_SEEDS is a number"))
+        .unwrap_or(default);
+    (0..n).collect()
+}
+
 /// How the engine may be set up for a history.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {

@@ -1,0 +1,568 @@
+//! The Redis store: Redis 6.2+, Valkey, ElastiCache and MemoryDB, on one node or a cluster.
+//!
+//! # Records
+//! One record is one hash at `key_prefix + id`, with the fields `status`, `expiration`
+//! (epoch seconds), `in_progress_expiration` (epoch milliseconds), `data`, `validation`
+//! and `lease_token`. The key's own expiry (`PEXPIREAT`) is set past the record's
+//! `expiration` and past its lease, plus [`KEY_GRACE`], so Redis deletes what no longer
+//! counts, as DynamoDB's TTL does. Expiry is still decided by the stored numbers against
+//! the caller's clock, never by the key being gone.
+//!
+//! # Protocol
+//! Each operation is one Lua script on one key (cluster-safe without hash tags), sent as
+//! `EVALSHA`; a server that answers `NOSCRIPT` (restarted, failed over, or never saw the
+//! script) gets the script itself through `EVAL` on the same key, once.
+//! 1. **Claim** reads the hash and, if the record is claimable by the claim
+//!    ([`Record::is_claimable_by`]: free, lease ended, expired without a live lease, or
+//!    its own in-progress record), replaces it; either way it returns the old record in
+//!    the same round trip. The caller's `now` is an argument: the server's clock plays no
+//!    part.
+//! 2. **Complete** sets `COMPLETED`, the result and the new expiry if the lease token
+//!    still matches; **release** deletes the key if it does.
+//!
+//! A first delivery costs two round trips, a duplicate (completed or in progress) one, a
+//! takeover one.
+//!
+//! # Server settings
+//! - **No eviction.** An evicted key is a forgotten record: its duplicate runs again. Set
+//!   `maxmemory-policy noeviction` (ElastiCache's default, `volatile-lru`, evicts keys that
+//!   have an expiry, which is every record here) and watch memory.
+//! - **Failover.** Replication is asynchronous: a claim or completion acknowledged by a
+//!   primary that fails before its replica copied it is lost, and a duplicate delivered
+//!   after the failover runs again. Use `WAIT`-free Redis knowing this, or MemoryDB
+//!   (durable multi-AZ log) where one extra run after a failover is not acceptable.
+//! - **Persistence.** A restart without AOF/RDB forgets every record, with the same effect.
+//!
+//! # Connections
+//! [`RedisStore::connect`] keeps one multiplexed connection per execution environment
+//! through redis-rs's `ConnectionManager`, which reconnects after a failed request (a
+//! Lambda freeze can outlive the server's idle timeout): the failed request is a retryable
+//! [`Error::Store`] and the engine's retry goes out on the new connection.
+//! `rediss://` URLs use TLS (ElastiCache in-transit encryption, through rustls and the
+//! system's root certificates); `redis://user:password@host` authenticates with ACL
+//! credentials (ElastiCache RBAC), `redis://:password@host` with a password alone.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), lambda_idempotency::Error> {
+//! use lambda_idempotency::Idempotency;
+//! use lambda_idempotency::store::redis::RedisStore;
+//!
+//! let store = RedisStore::connect("rediss://worker:secret@my-cache.example.com:6379").await?;
+//! let idempotency = Idempotency::new(store.with_key_prefix("idempotency:"));
+//! # let _ = idempotency;
+//! # Ok(()) }
+//! ```
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+use crate::error::Error;
+use crate::record::{
+    Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
+};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+const BACKEND: &str = "redis";
+
+/// How much longer a key lives than its record counts: a server clock up to this far
+/// ahead of the workers' never deletes a record that still counts for them.
+pub const KEY_GRACE: Duration = Duration::from_secs(60);
+
+/// `KEYS[1]`: the record. `ARGV`: now (ms), now (s), expiration (s), lease end (ms),
+/// lease token, `"1"` if a validation hash follows, the hash, the key's expiry (ms).
+/// Returns `{1, old}` when written, `{0, old}` when refused; `old` is the old hash, flat.
+const CLAIM_LUA: &str = r#"
+local old = redis.call('HGETALL', KEYS[1])
+if #old > 0 then
+  local r = {}
+  for i = 1, #old, 2 do r[old[i]] = old[i + 1] end
+  local lease = tonumber(r['in_progress_expiration'])
+  local claimable
+  if r['status'] == 'INPROGRESS' and r['lease_token'] == ARGV[5] then
+    claimable = true
+  elseif r['status'] == 'INPROGRESS' and lease then
+    claimable = lease < tonumber(ARGV[1])
+  else
+    local expiration = tonumber(r['expiration'])
+    claimable = expiration ~= nil and expiration < tonumber(ARGV[2])
+  end
+  if not claimable then return {0, old} end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'status', 'INPROGRESS', 'expiration', ARGV[3],
+  'in_progress_expiration', ARGV[4], 'lease_token', ARGV[5])
+if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'validation', ARGV[7]) end
+redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+return {1, old}
+"#;
+
+/// `KEYS[1]`: the record. `ARGV`: lease token, expiration (s), the key's expiry (ms),
+/// `"1"` if a result follows, the result. Returns 1 when completed, 0 when the token
+/// differs or the record is gone (nothing is created).
+const COMPLETE_LUA: &str = r#"
+if redis.call('HGET', KEYS[1], 'lease_token') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'COMPLETED', 'expiration', ARGV[2])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'data', ARGV[5])
+else
+  redis.call('HDEL', KEYS[1], 'data')
+end
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return 1
+"#;
+
+/// `KEYS[1]`: the record. `ARGV[1]`: lease token. Returns 1 when deleted, 0 otherwise.
+const RELEASE_LUA: &str = r#"
+if redis.call('HGET', KEYS[1], 'lease_token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
+/// A script's body and its SHA-1, computed once.
+struct Lua {
+    body: &'static str,
+    script: LazyLock<Script>,
+}
+
+impl Lua {
+    const fn new(body: &'static str, script: fn() -> Script) -> Self {
+        Self {
+            body,
+            script: LazyLock::new(script),
+        }
+    }
+}
+
+static CLAIM: Lua = Lua::new(CLAIM_LUA, || Script::new(CLAIM_LUA));
+static COMPLETE: Lua = Lua::new(COMPLETE_LUA, || Script::new(COMPLETE_LUA));
+static RELEASE: Lua = Lua::new(RELEASE_LUA, || Script::new(RELEASE_LUA));
+
+#[derive(Clone)]
+enum Connection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Connection::Node(_) => "Node",
+            Connection::Cluster(_) => "Cluster",
+        })
+    }
+}
+
+/// An [`IdempotencyStore`] in Redis (see the [module docs](self)). Cloning shares the
+/// connection.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    connection: Connection,
+    key_prefix: String,
+}
+
+impl RedisStore {
+    /// Connects to one Redis node (`redis://`, or `rediss://` for TLS), keeping a
+    /// reconnecting connection. Fails if the first connection cannot be made.
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        install_crypto_provider();
+        let client = redis::Client::open(url).map_err(store_error)?;
+        let manager = ConnectionManager::new(client).await.map_err(store_error)?;
+        Ok(Self::from_connection_manager(manager))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (their URLs; `rediss://` for
+    /// TLS, credentials in the URL). Requests follow `MOVED`/`ASK` redirects.
+    pub async fn connect_cluster<I, U>(nodes: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = U>,
+        U: redis::IntoConnectionInfo,
+    {
+        install_crypto_provider();
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            // Enough for a redirect and a reconnect; the engine retries the rest within
+            // the lease, knowing the deadline.
+            .retries(2)
+            .build()
+            .map_err(store_error)?;
+        let connection = client.get_async_connection().await.map_err(store_error)?;
+        Ok(Self::from_cluster_connection(connection))
+    }
+
+    /// A store on a connection manager you built (to set timeouts or a client name).
+    pub fn from_connection_manager(manager: ConnectionManager) -> Self {
+        Self {
+            connection: Connection::Node(manager),
+            key_prefix: String::new(),
+        }
+    }
+
+    /// A store on a cluster connection you built.
+    pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
+        Self {
+            connection: Connection::Cluster(connection),
+            key_prefix: String::new(),
+        }
+    }
+
+    /// Prepends `prefix` to every record's key, to share a server with other data (or
+    /// other tests). Default: none, so the key is the record's id, as in Powertools.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The prefix of every record's key.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The Redis key of the record `id`.
+    pub fn key(&self, id: &str) -> String {
+        format!("{}{id}", self.key_prefix)
+    }
+
+    /// Sends one command on the store's connection (its own node's, for a single node;
+    /// routed by its key, for a cluster). For health checks and diagnostics.
+    pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
+        self.send(cmd).await.map_err(store_error)
+    }
+
+    async fn send(&self, cmd: &Cmd) -> Result<Value, RedisError> {
+        match &self.connection {
+            Connection::Node(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+
+    /// `EVALSHA`, and the script itself once if the server does not know it.
+    async fn eval(&self, lua: &Lua, key: &str, args: &[String]) -> Result<Value, Error> {
+        let command = |name: &str, script: &str| {
+            let mut cmd = redis::cmd(name);
+            cmd.arg(script).arg(1).arg(key).arg(args);
+            cmd
+        };
+        match self.send(&command("EVALSHA", lua.script.get_hash())).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
+                .send(&command("EVAL", lua.body))
+                .await
+                .map_err(store_error),
+            other => other.map_err(store_error),
+        }
+    }
+
+    async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+        let args = [
+            epoch_millis(claim.now).to_string(),
+            epoch_secs(claim.now).to_string(),
+            epoch_secs(claim.expiration).to_string(),
+            epoch_millis(claim.lease_until).to_string(),
+            claim.lease_token.clone(),
+            if claim.validation.is_some() { "1" } else { "0" }.to_owned(),
+            claim.validation.clone().unwrap_or_default(),
+            key_expiry_ms(claim.expiration, Some(claim.lease_until)).to_string(),
+        ];
+        let reply = self.eval(&CLAIM, &self.key(&claim.id), &args).await?;
+        let (written, old) = match reply {
+            Value::Array(mut parts) if parts.len() == 2 => {
+                let old = parts.pop().unwrap_or(Value::Nil);
+                (parts.pop(), old)
+            }
+            other => return Err(unexpected(&claim.id, &other)),
+        };
+        let old = fields(&claim.id, old)?;
+        match written {
+            Some(Value::Int(1)) if old.is_empty() => Ok(ClaimOutcome::Claimed { previous: None }),
+            Some(Value::Int(1)) => Ok(ClaimOutcome::Claimed {
+                // A record we replaced that we cannot read is no reason to fail the claim.
+                previous: parse(&claim.id, &old).ok(),
+            }),
+            // Refused: a live record holds the key. It cannot be empty (that is claimable).
+            Some(Value::Int(0)) => Ok(ClaimOutcome::Exists(parse(&claim.id, &old)?)),
+            other => Err(unexpected(&claim.id, &other.unwrap_or(Value::Nil))),
+        }
+    }
+
+    async fn complete_once(
+        &self,
+        claim: &Claim,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        let args = [
+            claim.lease_token.clone(),
+            epoch_secs(expiration).to_string(),
+            key_expiry_ms(expiration, None).to_string(),
+            if data.is_some() { "1" } else { "0" }.to_owned(),
+            data.unwrap_or_default().to_owned(),
+        ];
+        let reply = self.eval(&COMPLETE, &self.key(&claim.id), &args).await?;
+        fenced(&claim.id, reply)
+    }
+
+    async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+        let args = [claim.lease_token.clone()];
+        let reply = self.eval(&RELEASE, &self.key(&claim.id), &args).await?;
+        fenced(&claim.id, reply)
+    }
+
+    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+        let reply = self.query(redis::cmd("HGETALL").arg(self.key(id))).await?;
+        let fields = fields(id, reply)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse(id, &fields).map(Some)
+    }
+}
+
+/// When Redis may delete the key: after the second of `expiration` and after the lease
+/// (a record counts through both), plus [`KEY_GRACE`].
+fn key_expiry_ms(expiration: SystemTime, lease_until: Option<SystemTime>) -> u64 {
+    let expires = epoch_secs(expiration)
+        .saturating_add(1)
+        .saturating_mul(1000);
+    let lease_ends = lease_until.map_or(0, |l| epoch_millis(l).saturating_add(1));
+    expires
+        .max(lease_ends)
+        .saturating_add(KEY_GRACE.as_millis() as u64)
+}
+
+/// A completion's or release's answer: 1 done, 0 the lease token no longer matches.
+fn fenced(id: &str, reply: Value) -> Result<(), Error> {
+    match reply {
+        Value::Int(1) => Ok(()),
+        Value::Int(0) => Err(Error::LeaseLost { key: id.to_owned() }),
+        other => Err(unexpected(id, &other)),
+    }
+}
+
+/// A hash's fields, from `HGETALL` (a flat array in RESP2, a map in RESP3).
+fn fields(id: &str, value: Value) -> Result<HashMap<String, String>, Error> {
+    let text = |v: Value| match v {
+        Value::BulkString(bytes) => String::from_utf8(bytes).map_err(|_| ()),
+        Value::SimpleString(s) => Ok(s),
+        _ => Err(()),
+    };
+    let pairs: Vec<(Value, Value)> = match value {
+        Value::Nil => Vec::new(),
+        Value::Map(pairs) => pairs,
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            let mut it = flat.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        other => return Err(unexpected(id, &other)),
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| match (text(k), text(v)) {
+            (Ok(k), Ok(v)) => Ok((k, v)),
+            _ => Err(malformed(id, "a field or value is not UTF-8 text")),
+        })
+        .collect()
+}
+
+/// The record in a hash, or a non-retryable [`Error::Store`] if it is malformed.
+fn parse(id: &str, fields: &HashMap<String, String>) -> Result<Record, Error> {
+    // Times past the year 2500 are no record of ours: malformed, not a panic later.
+    let number = |name: &str, max: u64| -> Result<Option<u64>, Error> {
+        fields
+            .get(name)
+            .map(|v| {
+                v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                    malformed(id, &format!("{name} is not a whole number up to {max}"))
+                })
+            })
+            .transpose()
+    };
+    let far = crate::clock::far_future();
+    let status: Status = fields
+        .get("status")
+        .ok_or_else(|| malformed(id, "no status"))?
+        .parse()
+        .map_err(|e: crate::record::UnknownStatus| malformed(id, &e.to_string()))?;
+    let expiration =
+        number("expiration", epoch_secs(far))?.ok_or_else(|| malformed(id, "no expiration"))?;
+    let mut record = Record::new(id, status, from_epoch_secs(expiration));
+    record.in_progress_expiration =
+        number("in_progress_expiration", epoch_millis(far))?.map(from_epoch_millis);
+    record.data = fields.get("data").cloned();
+    record.validation = fields.get("validation").cloned();
+    record.lease_token = fields.get("lease_token").cloned();
+    Ok(record)
+}
+
+fn malformed(id: &str, what: &str) -> Error {
+    Error::store(
+        BACKEND,
+        false,
+        format!("malformed idempotency record {id:?}: {what}"),
+    )
+}
+
+fn unexpected(id: &str, reply: &Value) -> Error {
+    Error::store(
+        BACKEND,
+        false,
+        format!("unexpected reply for idempotency record {id:?}: {reply:?}"),
+    )
+}
+
+/// Maps a driver error to [`Error::Store`], keeping it as the source (downcast it to
+/// [`redis::RedisError`]). Retryable: the connection dropped, refused or timed out, and
+/// the server's transient answers (`TRYAGAIN`, `LOADING`, `CLUSTERDOWN`, `MASTERDOWN`,
+/// `READONLY` after a failover, redirects the cluster client gave up on).
+fn store_error(err: RedisError) -> Error {
+    let retryable = err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::TryAgain
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+            ) | ErrorKind::ClusterConnectionNotFound
+        );
+    Error::store(BACKEND, retryable, err)
+}
+
+/// TLS goes through rustls with aws-lc-rs, the provider the AWS SDK already builds; set
+/// it as the process default unless one is set (rustls refuses to guess when the build
+/// holds two).
+fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+impl IdempotencyStore for RedisStore {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn limits(&self) -> StoreLimits {
+        // Redis takes values up to 512 MB; the DynamoDB limits keep records portable
+        // and a function's replies small.
+        StoreLimits::DYNAMODB
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_once(claim))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.complete_once(claim, data, expiration))
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.release_once(claim))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.get_once(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_outlives_its_record_and_its_lease() {
+        let exp = from_epoch_secs(1_000);
+        // Through the whole expiration second, plus the grace.
+        assert_eq!(key_expiry_ms(exp, None), 1_001_000 + 60_000);
+        // A lease past the expiry keeps the key through its last millisecond.
+        assert_eq!(
+            key_expiry_ms(exp, Some(from_epoch_millis(2_000_500))),
+            2_000_501 + 60_000
+        );
+        assert_eq!(
+            key_expiry_ms(exp, Some(from_epoch_millis(10))),
+            1_001_000 + 60_000
+        );
+        // Capped times never overflow.
+        assert!(key_expiry_ms(crate::clock::far_future(), None) > 1_001_000);
+    }
+
+    #[test]
+    fn a_malformed_hash_is_a_store_error_not_a_panic() {
+        let hash = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        for bad in [
+            hash(&[("expiration", "1")]),
+            hash(&[("status", "DONE"), ("expiration", "1")]),
+            hash(&[("status", "COMPLETED")]),
+            hash(&[("status", "COMPLETED"), ("expiration", "-1")]),
+            hash(&[("status", "COMPLETED"), ("expiration", "99999999999999999")]),
+            hash(&[
+                ("status", "INPROGRESS"),
+                ("expiration", "1"),
+                ("in_progress_expiration", "x"),
+            ]),
+        ] {
+            match parse("k", &bad) {
+                Err(Error::Store {
+                    backend: "redis",
+                    retryable: false,
+                    ..
+                }) => {}
+                other => panic!("{bad:?} must be a malformed record, got {other:?}"),
+            }
+        }
+        let good = parse(
+            "k",
+            &hash(&[
+                ("status", "COMPLETED"),
+                ("expiration", "5"),
+                ("in_progress_expiration", "4000"),
+                ("data", "{\"a\": 1}"),
+                ("validation", "v"),
+                ("lease_token", "t"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(good.status, Status::Completed);
+        assert_eq!(good.expiration, from_epoch_secs(5));
+        assert_eq!(good.in_progress_expiration, Some(from_epoch_millis(4_000)));
+        assert_eq!(good.data.as_deref(), Some("{\"a\": 1}"));
+        assert_eq!(
+            (good.validation.as_deref(), good.lease_token.as_deref()),
+            (Some("v"), Some("t"))
+        );
+    }
+
+    #[test]
+    fn unexpected_replies_are_errors() {
+        assert!(matches!(fenced("k", Value::Int(1)), Ok(())));
+        assert!(matches!(
+            fenced("k", Value::Int(0)),
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            fenced("k", Value::Nil),
+            Err(Error::Store {
+                retryable: false,
+                ..
+            })
+        ));
+        assert!(fields("k", Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(fields("k", Value::Nil).unwrap().is_empty());
+    }
+}

@@ -1,8 +1,11 @@
-//! A bounded chaos run: SQS and several Lambda workers played against one DynamoDB store
+//! A bounded chaos run, once per store (memory, DynamoDB, Redis, a Redis Cluster,
+//! PostgreSQL, one after another): SQS and several Lambda workers played against the store
 //! and one logging provider, with duplicate sends, duplicate deliveries, visibility
 //! timeouts running out mid-call, workers killed mid-call (on a schedule drawn from the
-//! seed) and store faults (throttling, 500s, writes applied with their answer lost, and
-//! requests that hang past the attempt timeout and land late).
+//! seed) and store faults. On DynamoDB the test server injects them (throttling, 500s,
+//! writes applied with their answer lost, requests that hang past the attempt timeout and
+//! land late); on the others the fault wrapper does the same, and on Redis and PostgreSQL
+//! the server also drops the workers' connections (`CLIENT KILL`, `pg_terminate_backend`).
 //!
 //! Checked per request, from the provider's own log: calls for request i are at most one
 //! plus the deliveries of i that died after calling without storing a result; and every
@@ -13,8 +16,10 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::Status;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::epoch_millis;
-use lambda_idempotency::{DynamoDbStore, Idempotency, Operation, Outcome, SqsBatch};
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::{Idempotency, Operation, Outcome, SqsBatch};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ChatMessage, ChatRequest, ModelClient};
 use provider_stub::ProviderStub;
@@ -22,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use test_support::TestTable;
+use test_support::stores::{Backend, TestStore};
 
 const DISTINCT_REQUESTS: usize = 200;
 const WORKERS: usize = 4;
@@ -307,8 +312,56 @@ fn message(id: String, request: &ChatRequest, submitted_at: u32) -> SqsMessage {
     m
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_run_completes_every_request_once() {
+/// The runs take the machine's cores: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Injects one burst of store faults, returns how many requests it affects.
+async fn inject_faults(
+    test_store: &TestStore,
+    faulty: &FaultyStore<Arc<dyn IdempotencyStore>>,
+    rng: &mut fastrand::Rng,
+) -> u32 {
+    let n = rng.u32(1..3);
+    if let Some(table) = &test_store.table {
+        let op = if rng.bool() { "PutItem" } else { "UpdateItem" };
+        // Replace, not add to, what is pending: quiet periods do not pile faults up.
+        table.reset().await;
+        match rng.u8(0..4) {
+            0 => table.inject(op, "throttle", n).await,
+            1 => table.inject(op, "internal", n).await,
+            2 => table.inject(op, "applied_internal", n).await,
+            _ => {
+                let seconds = 0.2 + rng.f64() * 1.0;
+                table.inject_hang(op, seconds, 1).await
+            }
+        }
+        return n;
+    }
+    let op = if rng.bool() {
+        StoreOp::Claim
+    } else {
+        StoreOp::Complete
+    };
+    faulty.clear_faults();
+    match rng.u8(0..5) {
+        0 => faulty.inject(op, Fault::Unavailable, n),
+        1 => faulty.inject(op, Fault::AnswerLost, n),
+        2 => faulty.inject(op, Fault::Hang, 1),
+        3 => faulty.inject(
+            op,
+            Fault::LateApply(Duration::from_millis(200 + rng.u64(0..1000))),
+            1,
+        ),
+        // The server drops the connection: whatever the workers send next fails.
+        _ if test_store.kill_connections().await => {}
+        _ => faulty.inject(op, Fault::Unavailable, n),
+    }
+    n
+}
+
+async fn chaos_run_completes_every_request_once(backend: Backend) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    println!("chaos over {backend}");
     let seed: u64 = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -317,8 +370,9 @@ async fn chaos_run_completes_every_request_once() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = Instant::now();
 
-    let table = TestTable::create("chaos").await;
-    let store = DynamoDbStore::new(table.client.clone(), &table.name);
+    let test_store = TestStore::open(backend, "chaos").await;
+    let faulty = FaultyStore::new(test_store.store.clone());
+    let store = faulty.clone();
     let provider = ProviderStub::start().await.unwrap();
     let kills = {
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x6b11);
@@ -376,25 +430,13 @@ async fn chaos_run_completes_every_request_once() {
     // Store faults on claims and completions, in bursts: throttling, 500s, writes applied
     // with their answer lost, and requests that hang past the attempt timeout.
     let faults = {
-        let (table, queue_done) = (table.clone(), harness.clone());
+        let (test_store, faulty, queue_done) =
+            (test_store.clone(), faulty.clone(), harness.clone());
         let mut rng = fastrand::Rng::with_seed(seed ^ 0xfau64);
         tokio::spawn(async move {
             let mut injected = 0u32;
             while !queue_done.queue.is_drained() {
-                let op = if rng.bool() { "PutItem" } else { "UpdateItem" };
-                let n = rng.u32(1..3);
-                // Replace, not add to, what is pending: quiet periods do not pile faults up.
-                table.reset().await;
-                match rng.u8(0..4) {
-                    0 => table.inject(op, "throttle", n).await,
-                    1 => table.inject(op, "internal", n).await,
-                    2 => table.inject(op, "applied_internal", n).await,
-                    _ => {
-                        let seconds = 0.2 + rng.f64() * 1.0;
-                        table.inject_hang(op, seconds, 1).await
-                    }
-                }
-                injected += n;
+                injected += inject_faults(&test_store, &faulty, &mut rng).await;
                 tokio::time::sleep(Duration::from_millis(rng.u64(150..400))).await;
             }
             injected
@@ -408,7 +450,11 @@ async fn chaos_run_completes_every_request_once() {
         w.await.unwrap();
     }
     let faults_injected = faults.await.unwrap();
-    table.reset().await; // clears faults left pending
+    // Clear faults left pending.
+    faulty.clear_faults();
+    if let Some(table) = &test_store.table {
+        table.reset().await;
+    }
 
     assert!(
         harness.queue.is_drained(),
@@ -463,7 +509,7 @@ async fn chaos_run_completes_every_request_once() {
     );
     println!(
         "chaos: {sent} messages for {DISTINCT_REQUESTS} requests, {} invocations ({} killed), {} records handed back, \
-         {faults_injected} store faults injected, {} dead letters, {} completed, {} results not stored in time; provider calls {calls} \
+         {faults_injected} store faults injected ({backend}), {} dead letters, {} completed, {} results not stored in time; provider calls {calls} \
          (distinct completed {}, deliveries killed after calling {killed}); {:.1}s",
         harness.invocations.load(Ordering::Relaxed),
         harness.killed_invocations.load(Ordering::Relaxed),
@@ -504,4 +550,29 @@ async fn chaos_run_completes_every_request_once() {
         started.elapsed() < Duration::from_secs(120),
         "the chaos run must stay under two minutes"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_memory() {
+    chaos_run_completes_every_request_once(Backend::Memory).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_dynamodb() {
+    chaos_run_completes_every_request_once(Backend::DynamoDb).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_redis() {
+    chaos_run_completes_every_request_once(Backend::Redis).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_redis_cluster() {
+    chaos_run_completes_every_request_once(Backend::RedisCluster).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_over_postgres() {
+    chaos_run_completes_every_request_once(Backend::Postgres).await
 }

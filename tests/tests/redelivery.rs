@@ -1,16 +1,21 @@
-//! The model worker under every kind of redelivery, against the local DynamoDB test server
-//! and a real local HTTP provider. Each test asserts the provider's request log: one call,
-//! not one result row.
+//! The model worker under every kind of redelivery, over every store on its test server
+//! (memory, DynamoDB, Redis, a Redis Cluster, PostgreSQL) and a real local HTTP provider.
+//! Each test asserts the provider's request log: one call, not one result row. Each test
+//! runs once per store, as `<store>::<test>`.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_idempotency::store::IdempotencyStore;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::epoch_millis;
-use lambda_idempotency::{DynamoDbStore, FailureKind, Idempotency};
+use lambda_idempotency::store::faulty::FaultyStore;
+use lambda_idempotency::{FailureKind, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use test_support::TestTable;
+use test_support::stores::{Backend, TestStore};
 
 const SINGLE: &str = include_str!("../../events/single-request.json");
 const SAME_MESSAGE_AGAIN: &str = include_str!("../../events/same-message-twice.json");
@@ -20,28 +25,25 @@ const POISON: &str = include_str!("../../events/poison-batch-of-ten.json");
 const FIFO: &str = include_str!("../../events/fifo-two-groups.json");
 
 struct Setup {
-    table: TestTable,
+    /// The store, as a user builds it.
+    test_store: TestStore,
+    /// The store as the worker sees it: its requests are counted.
+    store: FaultyStore<Arc<dyn IdempotencyStore>>,
     provider: ProviderStub,
     worker: Worker,
 }
 
-async fn setup(test: &str) -> Setup {
-    setup_with(test, |b| b).await
-}
-
-async fn setup_with(
-    test: &str,
-    configure: impl FnOnce(
-        lambda_idempotency::IdempotencyBuilder,
-    ) -> lambda_idempotency::IdempotencyBuilder,
-) -> Setup {
-    let table = TestTable::create(test).await;
+async fn setup(backend: Backend, test: &str) -> Setup {
+    let test_store = TestStore::open(backend, test).await;
+    let store = FaultyStore::new(test_store.store.clone());
     let provider = ProviderStub::start().await.expect("provider stub");
-    let store = DynamoDbStore::new(table.client.clone(), &table.name);
-    let idempotency = configure(Idempotency::builder(store).function_name("model-worker")).build();
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("model-worker")
+        .build();
     let model = ModelClient::new(&provider.base_url(), Some("test-key".into())).unwrap();
     Setup {
-        table,
+        test_store,
+        store,
         provider,
         worker: Worker::new(idempotency, model),
     }
@@ -70,9 +72,8 @@ fn failures(response: &SqsBatchResponse) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_same_message_delivered_twice_calls_the_provider_once() {
-    let s = setup("same-message").await;
+async fn the_same_message_delivered_twice_calls_the_provider_once(backend: Backend) {
+    let s = setup(backend, "same-message").await;
     let first = s.worker.handle(deliver(SINGLE)).await.unwrap();
     let second = s.worker.handle(deliver(SAME_MESSAGE_AGAIN)).await.unwrap();
     assert!(
@@ -97,9 +98,8 @@ async fn the_same_message_delivered_twice_calls_the_provider_once() {
     );
 }
 
-#[tokio::test]
-async fn a_producers_duplicate_send_calls_the_provider_once() {
-    let s = setup("producer-duplicate").await;
+async fn a_producers_duplicate_send_calls_the_provider_once(backend: Backend) {
+    let s = setup(backend, "producer-duplicate").await;
     for record in [0, 1] {
         let report = s
             .worker
@@ -118,9 +118,8 @@ async fn a_producers_duplicate_send_calls_the_provider_once() {
     assert_eq!(s.provider.completion_calls(), 1);
 }
 
-#[tokio::test]
-async fn requests_without_an_id_that_hash_alike_call_the_provider_once() {
-    let s = setup("hash-alike").await;
+async fn requests_without_an_id_that_hash_alike_call_the_provider_once(backend: Backend) {
+    let s = setup(backend, "hash-alike").await;
     for record in [0, 1] {
         let response = s
             .worker
@@ -140,9 +139,8 @@ async fn requests_without_an_id_that_hash_alike_call_the_provider_once() {
     );
 }
 
-#[tokio::test]
-async fn a_redelivery_during_the_call_is_handed_back_then_replayed() {
-    let s = setup("during-call").await;
+async fn a_redelivery_during_the_call_is_handed_back_then_replayed(backend: Backend) {
+    let s = setup(backend, "during-call").await;
     s.provider.set_delay(Duration::from_millis(800));
     let first = {
         let worker = s.worker.clone();
@@ -176,27 +174,25 @@ async fn a_redelivery_during_the_call_is_handed_back_then_replayed() {
     assert_eq!(s.provider.completion_calls(), 1, "one call in total");
 }
 
-#[tokio::test]
-async fn a_lost_acknowledgement_replays_the_whole_batch() {
-    let s = setup("lost-ack").await;
+async fn a_lost_acknowledgement_replays_the_whole_batch(backend: Backend) {
+    let s = setup(backend, "lost-ack").await;
     let first = s.worker.handle(deliver(POISON)).await.unwrap();
     assert_eq!(s.provider.completion_calls(), 9);
-    s.table.reset().await;
+    s.store.reset_requests();
     // The batch succeeded but the ack was lost: SQS delivers all ten again.
     let again = s.worker.handle(deliver(POISON)).await.unwrap();
     assert_eq!(failures(&again), failures(&first));
     assert_eq!(s.provider.completion_calls(), 9, "replayed, no call");
     assert_eq!(
-        s.table.counts().await.get("PutItem"),
-        Some(&9),
+        s.store.requests(StoreOp::Claim),
+        9,
         "one request per replay"
     );
-    assert_eq!(s.table.counts().await.get("UpdateItem"), None);
+    assert_eq!(s.store.total_requests(), 9, "and nothing else");
 }
 
-#[tokio::test]
-async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease() {
-    let s = setup("dies-mid-call").await;
+async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease(backend: Backend) {
+    let s = setup(backend, "dies-mid-call").await;
     s.provider.set_delay(Duration::from_secs(3));
     // The invocation's deadline is the lease: 2.5 s from now.
     let dying = s
@@ -239,9 +235,8 @@ async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease() {
     );
 }
 
-#[tokio::test]
-async fn the_same_key_with_a_different_payload_is_refused() {
-    let s = setup("mismatch").await;
+async fn the_same_key_with_a_different_payload_is_refused(backend: Backend) {
+    let s = setup(backend, "mismatch").await;
     s.worker.handle(deliver(SINGLE)).await.unwrap();
     let mut event: Value = serde_json::from_str(SINGLE).unwrap();
     let body = event["Records"][0]["body"]
@@ -274,9 +269,8 @@ async fn the_same_key_with_a_different_payload_is_refused() {
     assert_eq!(s.provider.completion_calls(), 1, "no call for the mismatch");
 }
 
-#[tokio::test]
-async fn a_poison_body_fails_only_its_record() {
-    let s = setup("poison").await;
+async fn a_poison_body_fails_only_its_record(backend: Backend) {
+    let s = setup(backend, "poison").await;
     let response = s.worker.handle(deliver(POISON)).await.unwrap();
     assert_eq!(
         serde_json::to_value(&response).unwrap(),
@@ -285,9 +279,8 @@ async fn a_poison_body_fails_only_its_record() {
     assert_eq!(s.provider.completion_calls(), 9, "nine succeed");
 }
 
-#[tokio::test]
-async fn a_fifo_failure_fails_the_rest_of_its_group_only() {
-    let s = setup("fifo").await;
+async fn a_fifo_failure_fails_the_rest_of_its_group_only(backend: Backend) {
+    let s = setup(backend, "fifo").await;
     let response = s.worker.handle(deliver(FIFO)).await.unwrap();
     assert_eq!(
         failures(&response),
@@ -317,9 +310,8 @@ async fn a_fifo_failure_fails_the_rest_of_its_group_only() {
     );
 }
 
-#[tokio::test]
-async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again() {
-    let s = setup("provider-error").await;
+async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(backend: Backend) {
+    let s = setup(backend, "provider-error").await;
     s.provider.fail_next(1);
     let report = s.worker.process(deliver(SINGLE)).await;
     let failure = report.records[0]
@@ -328,8 +320,8 @@ async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(
         .expect_err("the item fails");
     assert!(failure.reason.contains("HTTP 500"), "{}", failure.reason);
     assert_eq!(
-        s.table.counts().await.get("DeleteItem"),
-        Some(&1),
+        s.store.requests(StoreOp::Release),
+        1,
         "the record was released"
     );
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
@@ -337,9 +329,8 @@ async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(
     assert_eq!(s.provider.completion_calls(), 2);
 }
 
-#[tokio::test]
-async fn a_provider_that_never_answers_is_cut_off_before_the_deadline() {
-    let s = setup("provider-hangs").await;
+async fn a_provider_that_never_answers_is_cut_off_before_the_deadline(backend: Backend) {
+    let s = setup(backend, "provider-hangs").await;
     s.provider.set_delay(Duration::from_secs(30));
     let started = std::time::Instant::now();
     let response = s
@@ -359,3 +350,62 @@ async fn a_provider_that_never_answers_is_cut_off_before_the_deadline() {
     let next = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
     assert!(next.records[0].result.as_ref().unwrap().called_model);
 }
+
+/// The store drops the worker's connection while the provider is answering (a server
+/// restart, a failover, an idle timeout after a freeze): the completion goes out on a new
+/// connection, and a duplicate replays it. One provider call.
+async fn a_store_connection_dropped_mid_call_still_completes_once(backend: Backend) {
+    let s = setup(backend, "connection-dropped").await;
+    s.provider.set_delay(Duration::from_millis(300));
+    let first = {
+        let worker = s.worker.clone();
+        tokio::spawn(async move { worker.handle(deliver(SINGLE)).await.unwrap() })
+    };
+    s.provider.wait_for_requests(1).await;
+    let killed = s.test_store.kill_connections().await;
+    assert_eq!(
+        killed,
+        matches!(backend, Backend::Redis | Backend::Postgres),
+        "the backends with connections to drop"
+    );
+    assert!(failures(&first.await.unwrap()).is_empty(), "completed");
+    let again = s.worker.process(deliver(SAME_MESSAGE_AGAIN)).await;
+    assert!(!again.records[0].result.as_ref().unwrap().called_model);
+    assert_eq!(s.provider.completion_calls(), 1);
+}
+
+/// Each test above, once per store.
+macro_rules! per_store {
+    ($($test:ident),* $(,)?) => {
+        per_store!(@store memory, Memory, $($test),*);
+        per_store!(@store dynamodb, DynamoDb, $($test),*);
+        per_store!(@store redis, Redis, $($test),*);
+        per_store!(@store redis_cluster, RedisCluster, $($test),*);
+        per_store!(@store postgres, Postgres, $($test),*);
+    };
+    (@store $module:ident, $backend:ident, $($test:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::$backend).await
+                }
+            )*
+        }
+    };
+}
+
+per_store!(
+    the_same_message_delivered_twice_calls_the_provider_once,
+    a_producers_duplicate_send_calls_the_provider_once,
+    requests_without_an_id_that_hash_alike_call_the_provider_once,
+    a_redelivery_during_the_call_is_handed_back_then_replayed,
+    a_lost_acknowledgement_replays_the_whole_batch,
+    a_worker_that_dies_mid_call_is_taken_over_after_its_lease,
+    the_same_key_with_a_different_payload_is_refused,
+    a_poison_body_fails_only_its_record,
+    a_fifo_failure_fails_the_rest_of_its_group_only,
+    a_provider_error_releases_the_record_and_the_next_delivery_calls_again,
+    a_provider_that_never_answers_is_cut_off_before_the_deadline,
+    a_store_connection_dropped_mid_call_still_completes_once,
+);

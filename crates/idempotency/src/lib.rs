@@ -78,6 +78,9 @@ pub use operation::{Operation, Outcome};
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;
 pub use store::memory::MemoryStore;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::RedisStore;

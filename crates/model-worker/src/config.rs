@@ -18,7 +18,38 @@ pub enum StoreChoice {
     /// The embedded in-memory store (`IDEMPOTENCY_STORE=memory`): local runs only, records
     /// die with the process.
     Memory,
+    /// Redis (`IDEMPOTENCY_STORE=redis`): one node at `REDIS_URL` (`rediss://` for TLS,
+    /// credentials in the URL), or a cluster (`IDEMPOTENCY_STORE=redis-cluster`, `REDIS_URL`
+    /// a comma-separated list of nodes). Needs the `redis` feature.
+    Redis {
+        /// The node's URL, or the cluster's nodes.
+        urls: Vec<String>,
+        /// Whether `urls` are a cluster's nodes.
+        cluster: bool,
+        /// `IDEMPOTENCY_KEY_PREFIX`: prepended to every record's key (default none).
+        key_prefix: String,
+    },
+    /// PostgreSQL (`IDEMPOTENCY_STORE=postgres`) at `DATABASE_URL`, in the table
+    /// `IDEMPOTENCY_TABLE` (default `idempotency`). Needs the `postgres` feature.
+    Postgres {
+        /// The connection string (`sslmode=require` for TLS).
+        url: String,
+        /// The table, possibly schema-qualified.
+        table: String,
+    },
 }
+
+/// The store kinds this build of the worker holds (its cargo features).
+pub const STORES: &[&str] = &[
+    "dynamodb",
+    "memory",
+    #[cfg(feature = "redis")]
+    "redis",
+    #[cfg(feature = "redis")]
+    "redis-cluster",
+    #[cfg(feature = "postgres")]
+    "postgres",
+];
 
 /// The worker's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,9 +107,38 @@ impl WorkerConfig {
                     None
                 }
             },
+            Some(kind @ ("redis" | "redis-cluster" | "postgres")) if !STORES.contains(&kind) => {
+                let feature = kind.trim_end_matches("-cluster");
+                problems.push(format!(
+                    "IDEMPOTENCY_STORE={kind} needs a worker built with the `{feature}` feature (cargo build --features {feature})"
+                ));
+                None
+            }
+            Some(kind @ ("redis" | "redis-cluster")) => match get("REDIS_URL") {
+                Some(urls) => Some(StoreChoice::Redis {
+                    urls: urls.split(',').map(|u| u.trim().to_owned()).collect(),
+                    cluster: kind == "redis-cluster",
+                    key_prefix: get("IDEMPOTENCY_KEY_PREFIX").unwrap_or_default(),
+                }),
+                None => {
+                    problems.push(format!("REDIS_URL is not set (IDEMPOTENCY_STORE={kind}: the server's redis:// or rediss:// URL)"));
+                    None
+                }
+            },
+            Some("postgres") => match get("DATABASE_URL") {
+                Some(url) => Some(StoreChoice::Postgres {
+                    url,
+                    table: get("IDEMPOTENCY_TABLE").unwrap_or_else(|| "idempotency".into()),
+                }),
+                None => {
+                    problems.push("DATABASE_URL is not set (IDEMPOTENCY_STORE=postgres: a postgres:// connection string)".into());
+                    None
+                }
+            },
             Some(other) => {
                 problems.push(format!(
-                    "IDEMPOTENCY_STORE={other:?} is not one of: dynamodb, memory"
+                    "IDEMPOTENCY_STORE={other:?} is not one of: {}",
+                    STORES.join(", ")
                 ));
                 None
             }
@@ -224,7 +284,7 @@ mod tests {
             "{err}"
         );
         let err = config(&[
-            ("IDEMPOTENCY_STORE", "redis"),
+            ("IDEMPOTENCY_STORE", "valkey"),
             ("MODEL_BASE_URL", "http://x"),
         ])
         .unwrap_err();
@@ -307,5 +367,58 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.store, StoreChoice::Memory);
+    }
+
+    #[test]
+    #[cfg(all(feature = "redis", feature = "postgres"))]
+    fn redis_and_postgres_take_their_urls() {
+        let c = config(&[
+            ("IDEMPOTENCY_STORE", "redis-cluster"),
+            ("REDIS_URL", "redis://a:1, redis://b:2"),
+            ("IDEMPOTENCY_KEY_PREFIX", "idem:"),
+            ("MODEL_BASE_URL", "http://x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.store,
+            StoreChoice::Redis {
+                urls: vec!["redis://a:1".into(), "redis://b:2".into()],
+                cluster: true,
+                key_prefix: "idem:".into()
+            }
+        );
+        let c = config(&[
+            ("IDEMPOTENCY_STORE", "postgres"),
+            ("DATABASE_URL", "postgres://u@h/db"),
+            ("MODEL_BASE_URL", "http://x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.store,
+            StoreChoice::Postgres {
+                url: "postgres://u@h/db".into(),
+                table: "idempotency".into()
+            }
+        );
+        for (store, missing) in [("redis", "REDIS_URL"), ("postgres", "DATABASE_URL")] {
+            let err = config(&[("IDEMPOTENCY_STORE", store), ("MODEL_BASE_URL", "http://x")])
+                .unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("{missing} is not set")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    #[cfg(not(feature = "redis"))]
+    fn a_store_left_out_of_the_build_names_its_feature() {
+        let err = config(&[
+            ("IDEMPOTENCY_STORE", "redis"),
+            ("REDIS_URL", "redis://a"),
+            ("MODEL_BASE_URL", "http://x"),
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--features redis"), "{err}");
     }
 }

@@ -58,6 +58,28 @@ impl Worker {
                 Idempotency::builder(DynamoDbStore::from_env(table.clone()).await)
             }
             StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
+            #[cfg(feature = "redis")]
+            StoreChoice::Redis {
+                urls,
+                cluster,
+                key_prefix,
+            } => {
+                use lambda_idempotency::store::redis::RedisStore;
+                let store = if *cluster {
+                    RedisStore::connect_cluster(urls.clone()).await?
+                } else {
+                    RedisStore::connect(&urls[0]).await?
+                };
+                Idempotency::builder(store.with_key_prefix(key_prefix.clone()))
+            }
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres { url, table } => Idempotency::builder(
+                lambda_idempotency::store::postgres::PostgresStore::connect(url, table.clone())?,
+            ),
+            #[allow(unreachable_patterns)]
+            other => {
+                return Err(format!("this build has no store for {other:?}").into());
+            }
         };
         let builder = match config.expires_after {
             Some(expiry) => builder.expires_after(expiry),

@@ -6,8 +6,12 @@
 //! - With the `dynamodb` feature (on by default): the local DynamoDB test server
 //!   (`tests/servers/dynamodb_server.py`): [`endpoint`], [`client`], and [`TestTable`] with
 //!   the server's control API (request counts, reset, fault injection).
+//! - With the `stores` feature (on by default): [`stores::TestStore`], every idempotency
+//!   store on its test server, so one test runs over each.
 
 pub mod http;
+#[cfg(feature = "stores")]
+pub mod stores;
 
 #[cfg(feature = "dynamodb")]
 mod dynamodb;

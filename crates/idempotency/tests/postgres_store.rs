@@ -1,0 +1,913 @@
+#![cfg(feature = "postgres")]
+//! The PostgreSQL store against a real server: the conformance suite (over one connection
+//! and spread over several), the engine's behaviours and request counts, the model's
+//! seeded histories, races between separate connections, a killed connection, the table's
+//! types, purging, and its errors.
+//!
+//! `POSTGRES_TEST_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
+//! `POSTGRES_TEST_SCHEMA` (default `public`) say where; every test makes its own table
+//! and drops it at the end. `MODEL_SEEDS=n` runs n histories per setup (default 12);
+//! `MODEL_SEED=s` replays one.
+
+use lambda_idempotency::clock::TestClock;
+use lambda_idempotency::store::conformance::{self, model};
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::store::{
+    BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record, Status, StoreLimits, epoch_millis,
+    epoch_secs, from_epoch_secs,
+};
+use lambda_idempotency::{
+    Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome, PostgresStore,
+};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+use tokio_postgres::NoTls;
+
+fn url() -> String {
+    std::env::var("POSTGRES_TEST_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn schema() -> String {
+    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A table of its own for one test, and an admin connection beside the store's.
+struct TestTable {
+    /// `idem_<test>_<hex>`, also the store connections' `application_name`.
+    name: String,
+    /// `schema.name`, as the store is given it.
+    qualified: String,
+    /// Quoted for SQL.
+    quoted: String,
+    admin: tokio_postgres::Client,
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let url = url();
+    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap_or_else(|e| {
+        panic!(
+            "cannot connect to PostgreSQL at {url}: {e} ({e:?}); run scripts/test or set POSTGRES_TEST_URL"
+        )
+    });
+    tokio::spawn(connection);
+    client
+}
+
+impl TestTable {
+    async fn new(test: &str) -> Self {
+        Self::named(&format!("idem_{test}_{:016x}", fastrand::u64(..))).await
+    }
+
+    async fn named(name: &str) -> Self {
+        let admin = admin().await;
+        let schema = schema();
+        // Concurrent tests may race to create the schema: a duplicate is fine.
+        if let Err(e) = admin
+            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote(&schema)))
+            .await
+        {
+            assert!(
+                e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION),
+                "create schema {schema}: {e}"
+            );
+        }
+        let table = Self {
+            name: name.to_owned(),
+            qualified: format!("{schema}.{name}"),
+            quoted: format!("{}.{}", quote(&schema), quote(name)),
+            admin,
+        };
+        table.store().create_table().await.expect("create_table");
+        table
+    }
+
+    /// A store with a connection of its own, named after the table.
+    fn store(&self) -> PostgresStore {
+        self.store_with(&url())
+    }
+
+    fn store_with(&self, url: &str) -> PostgresStore {
+        let mut config: tokio_postgres::Config = url.parse().expect("POSTGRES_TEST_URL parses");
+        config.application_name(&self.name);
+        PostgresStore::from_config(config, &self.qualified).expect("store")
+    }
+
+    /// Terminates every store connection of this table, and waits until they are gone.
+    async fn kill_connections(&self) {
+        let killed: i64 = self
+            .admin
+            .query_one(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = $1) AS k",
+                &[&self.name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed > 0, "no store connection to kill");
+        for _ in 0..100 {
+            let left: i64 = self
+                .admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&self.name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if left == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the store's connections outlived pg_terminate_backend");
+    }
+
+    async fn drop_table(self) {
+        self.admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS {}", self.quoted))
+            .await
+            .expect("drop the test table");
+    }
+}
+
+fn op() -> Operation {
+    Operation::new("generate", KeyStrategy::field("request_id")).validate(["prompt"])
+}
+
+fn payload(id: &str) -> serde_json::Value {
+    json!({"request_id": id, "prompt": "hi"})
+}
+
+/// Spreads calls round-robin over several stores (separate connections) and counts
+/// `Vanished` answers, which this backend never needs.
+#[derive(Debug, Clone)]
+struct Spread {
+    stores: Arc<Vec<PostgresStore>>,
+    next: Arc<AtomicUsize>,
+    vanished: Arc<AtomicUsize>,
+}
+
+impl Spread {
+    fn new(table: &TestTable, n: usize) -> Self {
+        Self {
+            stores: Arc::new((0..n).map(|_| table.store()).collect()),
+            next: Arc::default(),
+            vanished: Arc::default(),
+        }
+    }
+
+    fn pick(&self) -> &PostgresStore {
+        &self.stores[self.next.fetch_add(1, Ordering::Relaxed) % self.stores.len()]
+    }
+}
+
+impl IdempotencyStore for Spread {
+    fn name(&self) -> &'static str {
+        self.stores[0].name()
+    }
+    fn limits(&self) -> StoreLimits {
+        self.stores[0].limits()
+    }
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        let store = self.pick();
+        Box::pin(async move {
+            let outcome = store.claim(claim).await;
+            if matches!(outcome, Ok(ClaimOutcome::Vanished)) {
+                self.vanished.fetch_add(1, Ordering::Relaxed);
+            }
+            outcome
+        })
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        self.pick().complete(claim, data, expiration)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        self.pick().release(claim)
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        self.pick().get(id)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_conformance_suite() {
+    let table = TestTable::new("conformance").await;
+    let store = FaultyStore::new(table.store());
+    let faults = store.clone();
+    conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
+    table.drop_table().await;
+}
+
+/// The suite again with every call on the next of several connections: the claims of
+/// the concurrency case race from separate sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_conformance_suite_across_connections() {
+    let table = TestTable::new("conformance_spread").await;
+    let spread = Spread::new(&table, 6);
+    let store = FaultyStore::new(spread.clone());
+    let faults = store.clone();
+    conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
+    for _ in 0..10 {
+        conformance::concurrent_claims_have_one_winner(&spread, 24).await;
+    }
+    assert_eq!(spread.vanished.load(Ordering::Relaxed), 0, "no Vanished");
+    table.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_runs_once_under_every_store_fault() {
+    let table = TestTable::new("faults").await;
+    conformance::engine_under_faults(table.store()).await;
+    table.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_validates_replays_counts_and_keeps_leases_through_the_engine() {
+    let table = TestTable::new("engine").await;
+    let store = table.store();
+    conformance::payload_mismatch(store.clone()).await;
+    conformance::engine_replays_without_running(store.clone()).await;
+    // Store calls per path, 2/1/1/0 and a takeover in 2: each call is one statement, so
+    // one round trip (`query_typed`: no separate prepare).
+    conformance::engine_request_counts(store.clone()).await;
+    conformance::engine_keeps_leases(store).await;
+    table.drop_table().await;
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("MODEL_SEED") {
+        return vec![seed.parse().expect("MODEL_SEED is a number")];
+    }
+    let n = std::env::var("MODEL_SEEDS")
+        .ok()
+        .map(|n| n.parse().expect("MODEL_SEEDS is a number"))
+        .unwrap_or(12);
+    (0..n).collect()
+}
+
+async fn run_model(name: &str, expires_after: Duration) {
+    let table = TestTable::new(name).await;
+    let store = table.store();
+    for seed in seeds() {
+        model::run_seed(store.clone(), seed, model::Setup { expires_after }, 40).await;
+    }
+    table.drop_table().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_histories_with_a_queue_sized_expiry_keep_every_invariant() {
+    run_model("model_long", Duration::from_secs(3_600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_histories_with_an_expiry_shorter_than_a_call_keep_every_invariant() {
+    run_model("model_short", Duration::from_secs(3)).await;
+}
+
+/// Workers on separate connections race for fresh keys, and for keys whose record just
+/// expired: exactly one runs, every other one sees its live record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_connections_race_with_exactly_one_winner() {
+    let table = TestTable::new("race").await;
+    let clock = TestClock::new(SystemTime::now());
+    let workers: Vec<Idempotency> = (0..8)
+        .map(|_| {
+            let store = table.store();
+            Idempotency::builder(store)
+                .clock(clock.clone())
+                .expires_after(Duration::from_secs(60))
+                .lease(Duration::from_secs(30))
+                .build()
+        })
+        .collect();
+    for w in &workers {
+        w.store().get("warm-up").await.unwrap();
+    }
+    let race = async |key: &str| {
+        let ran = Arc::new(AtomicU32::new(0));
+        let outcomes = futures_util::future::join_all(workers.iter().map(|w| {
+            let ran = ran.clone();
+            async move {
+                w.execute(&op(), &payload(key), || async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    // Hold the lease while the others arrive.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok::<_, String>(key.to_owned())
+                })
+                .await
+            }
+        }))
+        .await;
+        (ran.load(Ordering::SeqCst), outcomes)
+    };
+    for round in 0..10 {
+        let key = format!("fresh-{round}");
+        let (ran, outcomes) = race(&key).await;
+        assert_eq!(ran, 1, "fresh key {key}: {outcomes:?}");
+        for o in &outcomes {
+            assert!(
+                matches!(
+                    o,
+                    Ok((_, Outcome::Executed | Outcome::Replayed))
+                        | Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+                ),
+                "fresh key {key}: {o:?}"
+            );
+        }
+    }
+    // Every record expires: each key is taken over by exactly one worker.
+    clock.advance(Duration::from_secs(120));
+    for round in 0..10 {
+        let key = format!("fresh-{round}");
+        let (ran, outcomes) = race(&key).await;
+        assert_eq!(ran, 1, "expired key {key}: {outcomes:?}");
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| matches!(o, Ok((_, Outcome::TookOver))))
+                .count(),
+            1,
+            "expired key {key}: {outcomes:?}"
+        );
+    }
+    table.drop_table().await;
+}
+
+/// The server kills the store's connection between calls: the next call fails
+/// retryably or has already reconnected, the one after succeeds, records are intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_is_rebuilt() {
+    let table = TestTable::new("kill").await;
+    let store = table.store();
+    let idem = Idempotency::new(store.clone());
+    let calls = AtomicU32::new(0);
+    let call = async |key: &str| {
+        idem.execute(&op(), &payload(key), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("answer".to_string())
+        })
+        .await
+    };
+    assert_eq!(call("k").await.unwrap().1, Outcome::Executed);
+    let id = idem.idempotency_id(&op(), &payload("k")).unwrap();
+    for round in 0..3 {
+        table.kill_connections().await;
+        match store.get(&id).await {
+            Ok(record) => assert_eq!(record.unwrap().status, Status::Completed),
+            Err(Error::Store {
+                backend: "postgres",
+                retryable: true,
+                ..
+            }) => {}
+            Err(other) => panic!("round {round}: a killed connection gave {other:?}"),
+        }
+        let record = store.get(&id).await.expect("reconnected").expect("intact");
+        assert_eq!(
+            (record.status, record.data.as_deref()),
+            (Status::Completed, Some("\"answer\""))
+        );
+        // Through the engine, which retries a failed store call: nothing runs twice.
+        table.kill_connections().await;
+        assert_eq!(call("k").await.unwrap().1, Outcome::Replayed);
+    }
+    // A call cut off mid-flight (the engine's attempt timeout) leaves the store usable.
+    for _ in 0..5 {
+        let _ = tokio::time::timeout(Duration::from_micros(50), store.get(&id)).await;
+        assert!(store.get(&id).await.unwrap().is_some());
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    table.drop_table().await;
+}
+
+/// The columns are typed as documented: seconds, milliseconds, and the result's text
+/// byte for byte (not `jsonb`). Table names are quoted, so odd ones work.
+#[tokio::test]
+async fn the_table_holds_typed_columns_and_text_unchanged() {
+    let table =
+        TestTable::named(&format!("idem_Typed \"quoted\" {:016x}", fastrand::u64(..))).await;
+    let store = table.store();
+    let idem = Idempotency::new(store.clone());
+    let (value, _) = idem
+        .execute(&op(), &payload("t"), || async {
+            Ok::<_, String>(json!({"b": 1, "a": [2, "x"]}))
+        })
+        .await
+        .unwrap();
+    let id = idem.idempotency_id(&op(), &payload("t")).unwrap();
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(record.data.as_deref().unwrap()).unwrap(),
+        value
+    );
+    let row = table
+        .admin
+        .query_one(
+            &format!(
+                "SELECT status, expiration, in_progress_expiration, data, validation, lease_token \
+                 FROM {} WHERE id = $1",
+                table.quoted
+            ),
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "COMPLETED");
+    assert_eq!(
+        row.get::<_, i64>(1),
+        epoch_secs(record.expiration) as i64,
+        "seconds"
+    );
+    let lease: i64 = row.get::<_, Option<i64>>(2).expect("the lease stays");
+    assert!(
+        lease > 1_000_000_000_000,
+        "in_progress_expiration is milliseconds: {lease}"
+    );
+    assert_eq!(
+        Some(lease as u64),
+        record.in_progress_expiration.map(epoch_millis)
+    );
+    assert_eq!(row.get::<_, Option<String>>(3), record.data);
+    assert_eq!(row.get::<_, Option<String>>(4).map(|v| v.len()), Some(64));
+    assert!(row.get::<_, Option<String>>(5).is_some());
+
+    // Text, not jsonb: what is stored is read back byte for byte.
+    let raw = r#"{"b":1,  "a":2}"#;
+    table
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO {} (id, status, expiration, data) VALUES ('raw', 'COMPLETED', $1, $2)",
+                table.quoted
+            ),
+            &[&(epoch_secs(SystemTime::now()) as i64 + 600), &raw],
+        )
+        .await
+        .unwrap();
+    let stored = store.get("raw").await.unwrap().unwrap();
+    assert_eq!(stored.data.as_deref(), Some(raw));
+    assert_eq!(stored.in_progress_expiration, None);
+
+    let types: Vec<(String, String, String)> = table
+        .admin
+        .query(
+            "SELECT column_name::text, data_type::text, is_nullable::text FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
+            &[&schema(), &table.name],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let expect = [
+        ("id", "text", "NO"),
+        ("status", "text", "NO"),
+        ("expiration", "bigint", "NO"),
+        ("in_progress_expiration", "bigint", "YES"),
+        ("data", "text", "YES"),
+        ("validation", "text", "YES"),
+        ("lease_token", "text", "YES"),
+    ];
+    let types: Vec<(&str, &str, &str)> = types
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(types, expect);
+    let indexed: i64 = table
+        .admin
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 \
+             AND indexdef LIKE '%(expiration)%'",
+            &[&schema(), &table.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(indexed, 1, "an index on expiration");
+    let weird = table
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO {} (id, status, expiration) VALUES ('w', 'WEIRD', 1)",
+                table.quoted
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        weird.unwrap_err().code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+        "the status is checked"
+    );
+    // create_table is idempotent.
+    store.create_table().await.unwrap();
+    table.drop_table().await;
+}
+
+#[tokio::test]
+async fn purge_deletes_only_expired_rows_in_batches() {
+    let table = TestTable::new("purge").await;
+    let store = table.store();
+    let now = SystemTime::now();
+    let (s, ms) = (epoch_secs(now) as i64, epoch_millis(now) as i64);
+    let rows: [(&str, &str, i64, Option<i64>); 7] = [
+        ("done-expired-1", "COMPLETED", s - 10, None),
+        ("done-expired-2", "COMPLETED", s - 1, Some(ms - 5_000)),
+        ("done-live", "COMPLETED", s + 100, None),
+        ("done-this-second", "COMPLETED", s, None),
+        (
+            "running-expired-live-lease",
+            "INPROGRESS",
+            s - 10,
+            Some(ms + 60_000),
+        ),
+        (
+            "running-expired-lease-over",
+            "INPROGRESS",
+            s - 10,
+            Some(ms - 1),
+        ),
+        ("running-expired-no-lease", "INPROGRESS", s - 10, None),
+    ];
+    for (id, status, exp, lease) in rows {
+        table
+            .admin
+            .execute(
+                &format!(
+                    "INSERT INTO {} (id, status, expiration, in_progress_expiration, lease_token) \
+                     VALUES ($1, $2, $3, $4, 'tok')",
+                    table.quoted
+                ),
+                &[&id, &status, &exp, &lease],
+            )
+            .await
+            .unwrap();
+    }
+    // Four expired and claimable: two per batch.
+    assert_eq!(store.purge_expired_at(now, 2).await.unwrap(), 2);
+    assert_eq!(store.purge_expired_at(now, 2).await.unwrap(), 2);
+    assert_eq!(store.purge_expired_at(now, 2).await.unwrap(), 0);
+    let mut left: Vec<String> = table
+        .admin
+        .query(&format!("SELECT id FROM {}", table.quoted), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "done-live",
+            "done-this-second",
+            "running-expired-live-lease"
+        ]
+    );
+    assert_eq!(store.purge_expired(1000).await.unwrap(), 0);
+    table.drop_table().await;
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_clear_permanent_error() {
+    let admin = admin().await;
+    drop(admin);
+    let name = format!("{}.idem_missing_{:016x}", schema(), fastrand::u64(..));
+    let store = PostgresStore::connect(&url(), &name).unwrap();
+    let err = store.get("x").await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::Store {
+                backend: "postgres",
+                retryable: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        message.contains(&name) && message.contains("create_table"),
+        "{message}"
+    );
+    let mut source = std::error::Error::source(&err);
+    let mut found = false;
+    while let Some(s) = source {
+        if let Some(pg) = s.downcast_ref::<tokio_postgres::Error>() {
+            assert_eq!(
+                pg.code(),
+                Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+            );
+            found = true;
+        }
+        source = s.source();
+    }
+    assert!(found, "the tokio_postgres::Error is in the chain: {err:?}");
+}
+
+#[tokio::test]
+async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
+    // Nothing listens on port 1: refused, retryable, the driver's error as the source.
+    let store = PostgresStore::connect("postgres://postgres@127.0.0.1:1/test", "t").unwrap();
+    let err = store.get("x").await.unwrap_err();
+    match &err {
+        Error::Store {
+            backend: "postgres",
+            retryable: true,
+            source,
+        } => assert!(
+            source.downcast_ref::<tokio_postgres::Error>().is_some(),
+            "{source:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(store.ensure_connected().await.is_err());
+    // A malformed URL: permanent.
+    assert!(matches!(
+        PostgresStore::connect("postgres://u@h:port/db", "t"),
+        Err(Error::Store {
+            retryable: false,
+            ..
+        })
+    ));
+    // A SQL error from the server: the driver's error, with its code.
+    let table = TestTable::new("errors").await;
+    let store = table.store();
+    let err = store.get(&"x".repeat(3000)).await.map(|_| ());
+    assert!(
+        err.is_ok(),
+        "a long id is only refused by the engine: {err:?}"
+    );
+    table
+        .admin
+        .batch_execute(&format!(
+            "ALTER TABLE {} ALTER COLUMN expiration TYPE integer",
+            table.quoted
+        ))
+        .await
+        .unwrap();
+    table
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO {} (id, status, expiration) VALUES ('small', 'COMPLETED', 1)",
+                table.quoted
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let err = store.get("small").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Store {
+                retryable: false,
+                ..
+            }
+        ),
+        "a column of the wrong type: {err:?}"
+    );
+    table.drop_table().await;
+}
+
+/// Rows this store did not write: a negative number is a clean permanent error, never a
+/// panic, and a claim may still take such a row over; huge numbers are capped.
+#[tokio::test]
+async fn malformed_rows_are_clean_errors() {
+    let table = TestTable::new("malformed").await;
+    let store = table.store();
+    let insert = async |id: &str, status: &str, exp: i64, lease: Option<i64>| {
+        table
+            .admin
+            .execute(
+                &format!(
+                    "INSERT INTO {} (id, status, expiration, in_progress_expiration) \
+                     VALUES ($1, $2, $3, $4)",
+                    table.quoted
+                ),
+                &[&id, &status, &exp, &lease],
+            )
+            .await
+            .unwrap();
+    };
+    insert("negative-exp", "COMPLETED", -5, None).await;
+    insert("negative-lease", "INPROGRESS", 4_000_000_000, Some(-1)).await;
+    insert("huge", "COMPLETED", i64::MAX, Some(i64::MAX)).await;
+    for id in ["negative-exp", "negative-lease"] {
+        let err = store.get(id).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Store {
+                    backend: "postgres",
+                    retryable: false,
+                    ..
+                }
+            ),
+            "{id}: {err:?}"
+        );
+        assert!(err.to_string().contains("malformed"), "{err}");
+    }
+    let huge = store.get("huge").await.unwrap().unwrap();
+    assert_eq!(huge.expiration, from_epoch_secs(u64::MAX), "capped");
+    // Through the engine: both rows are claimable by their numbers and taken over.
+    let idem = Idempotency::builder(store.clone())
+        .function_name("f")
+        .build();
+    let op = Operation::new("o", KeyStrategy::field("id"));
+    for key in ["a", "b"] {
+        let id = idem.idempotency_id(&op, &json!({"id": key})).unwrap();
+        insert(&id, "COMPLETED", -5, None).await;
+        let (_, outcome) = idem
+            .execute(&op, &json!({"id": key}), || async { Ok::<_, String>(1) })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Executed,
+            "previous unreadable: not reported"
+        );
+        assert_eq!(
+            store.get(&id).await.unwrap().unwrap().status,
+            Status::Completed
+        );
+    }
+    table.drop_table().await;
+}
+
+/// `sslmode`: the default (`prefer`) encrypts when the server offers TLS; `require`
+/// verifies the certificate, so a self-signed one is refused, permanently.
+#[tokio::test]
+async fn tls_follows_sslmode() {
+    let table = TestTable::new("tls").await;
+    let ssl_on: String = table.admin.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    let store = table.store();
+    store.ensure_connected().await.unwrap();
+    let encrypted: Option<bool> = table
+        .admin
+        .query_one(
+            "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = $1",
+            &[&table.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let url = url();
+    if ssl_on == "on" && !url.contains("sslmode=disable") {
+        assert_eq!(
+            encrypted,
+            Some(true),
+            "sslmode=prefer encrypts when offered"
+        );
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let require = table.store_with(&format!("{url}{sep}sslmode=require"));
+        let required = require.ensure_connected().await;
+        match required {
+            // A certificate from a public CA (a managed server) is fine too.
+            Ok(()) => {}
+            Err(Error::Store {
+                retryable: false, ..
+            }) => {}
+            Err(other) => panic!("an untrusted certificate must be permanent: {other:?}"),
+        }
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let plain = table.store_with(&format!("{url}{sep}sslmode=disable"));
+    plain.get("x").await.unwrap();
+    assert!(
+        plain
+            .with_root_certificates_pem(b"not a certificate")
+            .is_err()
+    );
+    table.drop_table().await;
+}
+
+#[test]
+fn name_and_limits() {
+    let store = PostgresStore::connect("postgres://u@h/db", "s.t").unwrap();
+    assert_eq!(store.name(), "postgres");
+    assert_eq!(store.limits(), StoreLimits::DYNAMODB);
+    assert_eq!(store.table(), "s.t");
+    assert!(
+        store
+            .create_table_sql()
+            .contains("CREATE TABLE IF NOT EXISTS \"s\".\"t\"")
+    );
+    assert!(store.claim_sql().contains("ON CONFLICT (id) DO UPDATE"));
+    assert!(!format!("{store:?}").contains("password"));
+}
+
+/// The race the claim statement must get right: the conflicting row is committed after
+/// the statement's snapshot was taken (the claim waits on the inserting transaction).
+/// A live row is answered as the live record (never made up, never `Vanished`); a
+/// claimable one is claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_committed_after_the_claims_snapshot_is_answered_exactly() {
+    let table = TestTable::new("snapshot").await;
+    let spread = Spread::new(&table, 1);
+    let idem = Idempotency::builder(spread.clone())
+        .function_name("f")
+        .lease(Duration::from_secs(30))
+        .store_attempt_timeout(Duration::from_secs(10))
+        .build();
+    let op = Operation::new("o", KeyStrategy::field("id"));
+    let other = admin().await;
+    let now = SystemTime::now();
+    let (s, ms) = (epoch_secs(now) as i64, epoch_millis(now) as i64);
+    for (key, status, exp, lease, data) in [
+        // Another worker's live claim.
+        ("live", "INPROGRESS", s + 600, Some(ms + 60_000), None),
+        // A completed record.
+        ("done", "COMPLETED", s + 600, None, Some("\"theirs\"")),
+        // An expired record: claimable.
+        ("expired", "COMPLETED", s - 60, None, Some("\"old\"")),
+    ] {
+        let payload = json!({"id": key});
+        let id = idem.idempotency_id(&op, &payload).unwrap();
+        other.batch_execute("BEGIN").await.unwrap();
+        other
+            .execute(
+                &format!(
+                    "INSERT INTO {} (id, status, expiration, in_progress_expiration, data, lease_token) \
+                     VALUES ($1, $2, $3, $4, $5, 'their-token')",
+                    table.quoted
+                ),
+                &[&id, &status, &exp, &lease, &data],
+            )
+            .await
+            .unwrap();
+        let ran = AtomicU32::new(0);
+        let claim = idem.execute(&op, &payload, || async {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("mine".to_string())
+        });
+        let commit = async {
+            // Wait until the claim is blocked on the inserting transaction, then commit.
+            for _ in 0..200 {
+                let waiting: i64 = table
+                    .admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                         AND wait_event_type = 'Lock'",
+                        &[&table.name],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if waiting > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other.batch_execute("COMMIT").await.unwrap();
+        };
+        let (result, ()) = tokio::join!(claim, commit);
+        let ran = ran.load(Ordering::SeqCst);
+        match key {
+            "live" => {
+                assert!(
+                    matches!(
+                        result,
+                        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+                    ),
+                    "{key}: {result:?}"
+                );
+                assert_eq!(ran, 0);
+            }
+            "done" => {
+                assert_eq!(result.unwrap(), ("theirs".into(), Outcome::Replayed));
+                assert_eq!(ran, 0);
+            }
+            _ => {
+                assert_eq!(result.unwrap().0, "mine");
+                assert_eq!(ran, 1);
+            }
+        }
+        let record = spread.get(&id).await.unwrap().unwrap();
+        if key == "live" {
+            assert_eq!(record.lease_token.as_deref(), Some("their-token"));
+            assert_eq!(
+                record.in_progress_expiration.map(epoch_millis),
+                lease.map(|l| l as u64)
+            );
+        }
+    }
+    assert_eq!(spread.vanished.load(Ordering::Relaxed), 0);
+    table.drop_table().await;
+}

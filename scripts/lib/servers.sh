@@ -141,14 +141,16 @@ start_private_postgres() {
     # Run the server as `nobody`, from a directory it owns.
     chmod 755 "$SERVERS_DIR"
     chown nobody "$dir"
-    as=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
+    # nobody's own group: `nogroup` on Debian, `nobody` on Fedora and Amazon Linux.
+    as=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups --)
   fi
   "${as[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 > "$dir/initdb.log" 2>&1 || {
     echo "error: initdb failed:" >&2; cat "$dir/initdb.log" >&2; exit 1; }
+  # Registered first: a start that times out may leave a server running.
+  at_exit "${as[*]} '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1 || true"
   "${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
     -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off" start > /dev/null || {
     echo "error: pg_ctl start failed:" >&2; cat "$dir/log" >&2; exit 1; }
-  at_exit "${as[*]} '$bin/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1 || true"
   "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres test 2>/dev/null \
     || psql "postgres://postgres@127.0.0.1:$port/postgres" -qc 'CREATE DATABASE test' >/dev/null
   PRIVATE_PORT=$port

@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
+mod common;
+use common::private_redis;
+
 const HOW: &str = "run scripts/test (it finds or starts Redis and a three-node cluster), or start \
     redis-server on 127.0.0.1:6379, or set REDIS_TEST_URL / REDIS_CLUSTER_TEST_URLS";
 
@@ -274,9 +277,9 @@ struct Monitor {
 }
 
 impl Monitor {
-    async fn start() -> Self {
+    async fn start(url: &str) -> Self {
         use futures_util::StreamExt;
-        let client = redis::Client::open(node_url()).unwrap();
+        let client = redis::Client::open(url).unwrap();
         let monitor = client.get_async_monitor().await.unwrap();
         let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = lines.clone();
@@ -318,8 +321,15 @@ impl Monitor {
 /// request, the script itself through `EVAL`, and the operations still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trips_per_message_at_the_server() {
-    let store = node("round-trips").await;
-    let monitor = Monitor::start().await;
+    // A server of its own: another client's `EVAL` or `SCRIPT FLUSH` would change what
+    // this test counts.
+    let (_server, addr) = private_redis().await;
+    let url = format!("redis://{addr}");
+    let store = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_key_prefix(prefix("round-trips"));
+    let monitor = Monitor::start(&url).await;
     let idempotency = Idempotency::new(store.clone());
     let op = Operation::new("generate", KeyStrategy::field("request_id"));
     let run = |id: &'static str| {

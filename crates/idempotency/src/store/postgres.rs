@@ -51,8 +51,11 @@
 //! [`with_root_certificates_pem`](PostgresStore::with_root_certificates_pem) (RDS's CA
 //! bundle is not among the public roots); `prefer` (the default) uses TLS when the server
 //! offers it, without verifying the certificate as libpq does, unless roots or a TLS
-//! configuration were given, then verified as `require`. TLS is rustls with the aws-lc-rs
-//! provider, set explicitly (no process-wide default is needed).
+//! configuration were given: then it is `require`, TLS mandatory and the certificate
+//! checked (a server that declines TLS is refused, never given a plaintext session). TLS
+//! is rustls with the aws-lc-rs provider, set explicitly (no process-wide default is
+//! needed). tokio-postgres reads no `verify-ca`/`verify-full`: use `require`, which checks
+//! the certificate and the host name (so connect by the name the certificate holds).
 //!
 //! # Errors
 //! [`Error::Store`] with backend `"postgres"`. Retryable: connection loss, I/O errors and
@@ -85,6 +88,9 @@ const BACKEND: &str = "postgres";
 /// The columns of a record, in the order every statement returns them.
 const COLUMNS: &str =
     "id, status, expiration, in_progress_expiration, data, validation, lease_token";
+
+/// How far [`PostgresStore::purge_expired`] stays behind its own clock.
+pub const PURGE_GRACE: Duration = Duration::from_secs(60);
 
 /// Connect timeout when the URL sets none: a stalled connect must not take the whole
 /// store attempt.
@@ -153,6 +159,57 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
+/// Starts an id stored escaped. PostgreSQL's `text` cannot hold NUL, which a key taken
+/// from a JSON string may: such an id (and any id starting with this marker) is stored as
+/// the marker and the id with `\` doubled and NUL written `\0`. The mapping is one to
+/// one, so no two ids share a row, and every other id is stored as it is.
+const ESCAPED_ID: char = '\u{1}';
+
+fn stored_id(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains('\0') && !id.starts_with(ESCAPED_ID) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut stored = String::with_capacity(id.len() + 8);
+    stored.push(ESCAPED_ID);
+    for c in id.chars() {
+        match c {
+            '\\' => stored.push_str("\\\\"),
+            '\0' => stored.push_str("\\0"),
+            c => stored.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(stored)
+}
+
+/// The inverse of [`stored_id`].
+fn read_id(stored: String) -> String {
+    let Some(escaped) = stored.strip_prefix(ESCAPED_ID) else {
+        return stored;
+    };
+    let mut id = String::with_capacity(escaped.len());
+    let mut chars = escaped.chars();
+    while let Some(c) = chars.next() {
+        match (c, c == '\\') {
+            (_, true) => match chars.next() {
+                Some('0') => id.push('\0'),
+                Some(other) => id.push(other),
+                None => id.push('\\'),
+            },
+            (c, false) => id.push(c),
+        }
+    }
+    id
+}
+
+/// Given roots or a TLS configuration, `sslmode=prefer` (the default) becomes `require`:
+/// a server, or a man in the middle, that declines TLS must not get a plaintext session.
+/// `disable` stays as asked.
+fn require_tls(config: &mut tokio_postgres::Config) {
+    if config.get_ssl_mode() == SslMode::Prefer {
+        config.ssl_mode(SslMode::Require);
+    }
+}
+
 /// Quotes one identifier: double quotes, inner ones doubled.
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -177,7 +234,10 @@ impl PostgresStore {
         table: impl Into<String>,
     ) -> Result<Self, Error> {
         let table = table.into();
-        if table.is_empty() || table.contains('\0') {
+        let empty_part = table
+            .split_once('.')
+            .is_some_and(|(a, b)| a.is_empty() || b.is_empty());
+        if table.is_empty() || table.contains('\0') || empty_part {
             return Err(Error::store(
                 BACKEND,
                 false,
@@ -212,9 +272,9 @@ impl PostgresStore {
         })
     }
 
-    /// Trusts these root certificates (PEM, one or more) besides the system's, and
-    /// verifies the server's certificate under `sslmode=prefer` too. For RDS, its CA
-    /// bundle. Call before the first connection.
+    /// Trusts these root certificates (PEM, one or more) besides the system's, and turns
+    /// `sslmode=prefer` into `require`: TLS is then mandatory and the certificate
+    /// checked. For RDS, its CA bundle. Call before the first connection.
     pub fn with_root_certificates_pem(self, pem: &[u8]) -> Result<Self, Error> {
         let mut roots = Vec::new();
         for cert in CertificateDer::pem_slice_iter(pem) {
@@ -230,6 +290,7 @@ impl PostgresStore {
             ));
         }
         Ok(self.with_inner(|inner| {
+            require_tls(&mut inner.config);
             if let Tls::Roots(existing) = &mut inner.tls {
                 existing.extend(roots);
             } else {
@@ -238,10 +299,13 @@ impl PostgresStore {
         }))
     }
 
-    /// Uses this rustls configuration for `sslmode=prefer` and `require` (client
-    /// certificates, other roots). Call before the first connection.
+    /// Uses this rustls configuration (client certificates, other roots), and turns
+    /// `sslmode=prefer` into `require`. Call before the first connection.
     pub fn with_tls(self, config: rustls::ClientConfig) -> Self {
-        self.with_inner(|inner| inner.tls = Tls::Config(Arc::new(config)))
+        self.with_inner(|inner| {
+            require_tls(&mut inner.config);
+            inner.tls = Tls::Config(Arc::new(config))
+        })
     }
 
     fn with_inner(self, change: impl FnOnce(&mut Inner)) -> Self {
@@ -321,7 +385,8 @@ impl PostgresStore {
     ///   the lock waits for any writer and returns its latest version, locked, so the
     ///   upsert (sequenced after `old` by `FROM (SELECT count(*) FROM old)`) evaluates the
     ///   claim's condition against exactly that version. `old` is then the claimed-over
-    ///   record (`previous`) or the live one (`Exists`), with no write on a duplicate.
+    ///   record (`previous`) or the live one (`Exists`); a duplicate changes no row (its
+    ///   row lock is all it writes).
     /// - A row committed after the snapshot is invisible to `old` but not to
     ///   `ON CONFLICT`, which always sees and locks the latest row. Then (`old` empty) the
     ///   update always applies, writing the claim if the row is claimable and the row
@@ -339,18 +404,28 @@ impl PostgresStore {
     /// until it returns less than `limit`, on a schedule: expired rows never change an
     /// answer, they only take space.
     ///
-    /// With `pg_cron`, the same `DELETE`:
+    /// Records are judged by the clock of the machine that calls it, minus
+    /// [`PURGE_GRACE`], so a purger whose clock runs somewhat ahead of the workers' never
+    /// deletes a record that still counts for them.
+    ///
+    /// With `pg_cron`, the same `DELETE` (seconds and milliseconds truncated, as the
+    /// library reads them, and the same grace):
     /// ```sql
     /// SELECT cron.schedule('purge-idempotency', '*/15 * * * *', $$
-    ///   DELETE FROM idempotency WHERE expiration < extract(epoch FROM now())::bigint
+    ///   DELETE FROM idempotency
+    ///   WHERE expiration < floor(extract(epoch FROM now()))::bigint - 60
     ///     AND (status <> 'INPROGRESS' OR in_progress_expiration IS NULL
-    ///          OR in_progress_expiration < (extract(epoch FROM now()) * 1000)::bigint) $$);
+    ///          OR in_progress_expiration < floor(extract(epoch FROM now()) * 1000)::bigint - 60000) $$);
     /// ```
     pub async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
-        self.purge_expired_at(SystemTime::now(), limit).await
+        let now = SystemTime::now()
+            .checked_sub(PURGE_GRACE)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.purge_expired_at(now, limit).await
     }
 
-    /// [`purge_expired`](Self::purge_expired) as of `now`.
+    /// [`purge_expired`](Self::purge_expired) as of `now` exactly (no grace): the rows a
+    /// claim at `now` could take over.
     pub async fn purge_expired_at(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
         let (now_s, now_ms, limit) = (secs(now), millis(now), i64::from(limit));
         let rows = self
@@ -504,7 +579,7 @@ impl PostgresStore {
     /// The record in a row of [`COLUMNS`] starting at column `at`.
     fn parse(&self, row: &Row, at: usize) -> Result<Record, Error> {
         let get_err = |e: tokio_postgres::Error| self.malformed(e);
-        let id: String = row.try_get(at).map_err(get_err)?;
+        let id = read_id(row.try_get(at).map_err(get_err)?);
         let status: String = row.try_get(at + 1).map_err(get_err)?;
         let status: Status = status
             .parse()
@@ -534,7 +609,7 @@ impl PostgresStore {
             .query(
                 &self.inner.sql.claim,
                 &[
-                    (&claim.id, Type::TEXT),
+                    (&stored_id(&claim.id), Type::TEXT),
                     (&expiration, Type::INT8),
                     (&lease_until, Type::INT8),
                     (&claim.validation, Type::TEXT),
@@ -592,7 +667,7 @@ impl PostgresStore {
             .query(
                 &self.inner.sql.complete,
                 &[
-                    (&claim.id, Type::TEXT),
+                    (&stored_id(&claim.id), Type::TEXT),
                     (&claim.lease_token, Type::TEXT),
                     (&data, Type::TEXT),
                     (&expiration, Type::INT8),
@@ -611,7 +686,10 @@ impl PostgresStore {
         let rows = self
             .query(
                 &self.inner.sql.release,
-                &[(&claim.id, Type::TEXT), (&claim.lease_token, Type::TEXT)],
+                &[
+                    (&stored_id(&claim.id), Type::TEXT),
+                    (&claim.lease_token, Type::TEXT),
+                ],
             )
             .await?;
         if rows.is_empty() {
@@ -624,7 +702,7 @@ impl PostgresStore {
 
     async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
         let rows = self
-            .query(&self.inner.sql.get, &[(&id, Type::TEXT)])
+            .query(&self.inner.sql.get, &[(&stored_id(id), Type::TEXT)])
             .await?;
         rows.first().map(|row| self.parse(row, 0)).transpose()
     }
@@ -925,6 +1003,75 @@ impl IdempotencyStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_postgres_cannot_hold_are_escaped_one_to_one() {
+        let ids = [
+            "f.op#plain",
+            "f.op#back\\slash",
+            "f.op#nul\0here",
+            "f.op#nul\\0lookalike",
+            "\u{1}f.op#marker",
+            "\u{1}",
+            "\0",
+            "\\",
+            "",
+        ];
+        let mut stored = std::collections::HashSet::new();
+        for id in ids {
+            let s = stored_id(id);
+            assert!(!s.contains('\0'), "{id:?} is stored without NUL: {s:?}");
+            assert_eq!(read_id(s.to_string()), id, "{id:?} reads back");
+            assert!(
+                stored.insert(s.to_string()),
+                "{id:?} shares its stored form"
+            );
+        }
+        assert!(matches!(
+            stored_id("f.op#plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            stored_id("f.op#back\\slash"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn a_table_name_needs_both_parts() {
+        for bad in ["", "schema.", ".table", "t\0"] {
+            assert!(
+                PostgresStore::connect("postgres://u@h/db", bad).is_err(),
+                "{bad:?} is refused"
+            );
+        }
+        assert!(PostgresStore::connect("postgres://u@h/db", "s.t").is_ok());
+    }
+
+    #[test]
+    fn given_roots_prefer_becomes_require() {
+        let store = PostgresStore::connect("postgres://u@h/db", "t").unwrap();
+        assert_eq!(store.inner.config.get_ssl_mode(), SslMode::Prefer);
+        // Roots given: tests/store_connection_faults.rs, against a server that declines TLS.
+        let store = PostgresStore::connect("postgres://u@h/db?sslmode=disable", "t").unwrap();
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let disabled = store.with_tls(tls.clone());
+        assert_eq!(
+            disabled.inner.config.get_ssl_mode(),
+            SslMode::Disable,
+            "disable stays as asked"
+        );
+        let preferred = PostgresStore::connect("postgres://u@h/db", "t")
+            .unwrap()
+            .with_tls(tls);
+        assert_eq!(preferred.inner.config.get_ssl_mode(), SslMode::Require);
+    }
 
     #[test]
     fn identifiers_are_quoted() {

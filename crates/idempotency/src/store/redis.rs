@@ -29,15 +29,20 @@
 //!   have an expiry, which is every record here) and watch memory.
 //! - **Failover.** Replication is asynchronous: a claim or completion acknowledged by a
 //!   primary that fails before its replica copied it is lost, and a duplicate delivered
-//!   after the failover runs again. Use `WAIT`-free Redis knowing this, or MemoryDB
-//!   (durable multi-AZ log) where one extra run after a failover is not acceptable.
+//!   after the failover runs again. Where one extra run after a failover is not
+//!   acceptable, use MemoryDB (a durable multi-AZ log) or another store.
 //! - **Persistence.** A restart without AOF/RDB forgets every record, with the same effect.
 //!
 //! # Connections
 //! [`RedisStore::connect`] keeps one multiplexed connection per execution environment
-//! through redis-rs's `ConnectionManager`, which reconnects after a failed request (a
-//! Lambda freeze can outlive the server's idle timeout): the failed request is a retryable
-//! [`Error::Store`] and the engine's retry goes out on the new connection.
+//! (for a cluster, one cluster connection) and **rebuilds it on the next call** after any
+//! request on it failed in a way that may have broken it (an I/O error, a dropped or
+//! refused connection, a timeout, `READONLY` or `MASTERDOWN` from a node demoted by a
+//! failover) or was cut off by the engine's attempt timeout. A connection that went
+//! half-open during a Lambda freeze (a NAT's idle timeout) therefore costs one attempt,
+//! not every attempt until the kernel gives up. Connects are bounded at 1 s; replies are
+//! not bounded by the driver: the engine's attempt timeout
+//! (`IdempotencyBuilder::store_attempt_timeout`) is the one bound.
 //! `rediss://` URLs use TLS (ElastiCache in-transit encryption, through rustls and the
 //! system's root certificates); `redis://user:password@host` authenticates with ACL
 //! credentials (ElastiCache RBAC), `redis://:password@host` with a password alone.
@@ -58,15 +63,23 @@ use crate::error::Error;
 use crate::record::{
     Claim, Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
 };
-use redis::aio::ConnectionManager;
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime};
 
 const BACKEND: &str = "redis";
+
+/// How long a connect may take, for one node and for each node of a cluster.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The cluster client insists on a reply timeout; this one is far above any attempt
+/// timeout, so the engine's is the one that counts.
+const CLUSTER_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How much longer a key lives than its record counts: a server clock up to this far
 /// ahead of the workers' never deletes a record that still counts for them.
@@ -141,37 +154,74 @@ static CLAIM: Lua = Lua::new(CLAIM_LUA, || Script::new(CLAIM_LUA));
 static COMPLETE: Lua = Lua::new(COMPLETE_LUA, || Script::new(COMPLETE_LUA));
 static RELEASE: Lua = Lua::new(RELEASE_LUA, || Script::new(RELEASE_LUA));
 
+/// Where connections come from. One per store, behind its `Arc`: the size of the
+/// variants does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Target {
+    Node(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A live connection; cloning shares it.
 #[derive(Clone)]
 enum Connection {
-    Node(ConnectionManager),
+    Node(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
-impl fmt::Debug for Connection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Connection::Node(_) => "Node",
-            Connection::Cluster(_) => "Cluster",
-        })
-    }
+struct Inner {
+    target: Target,
+    /// The connection and its generation, if one is open. A plain mutex: held only to
+    /// copy or swap the value.
+    current: Mutex<Option<(u64, Connection)>>,
+    /// Serialises connects, so concurrent calls share one new connection.
+    connecting: tokio::sync::Mutex<u64>,
 }
 
 /// An [`IdempotencyStore`] in Redis (see the [module docs](self)). Cloning shares the
 /// connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisStore {
-    connection: Connection,
+    inner: Arc<Inner>,
     key_prefix: String,
 }
 
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match &self.inner.target {
+            Target::Node(_) => "node",
+            Target::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisStore")
+            .field("target", &target)
+            .field("key_prefix", &self.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Marks the connection broken if the request is dropped before its answer: the engine
+/// cut it off, and a connection that does not answer is not used again.
+struct InFlight<'a> {
+    store: &'a RedisStore,
+    generation: u64,
+    answered: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.store.forget(self.generation);
+        }
+    }
+}
+
 impl RedisStore {
-    /// Connects to one Redis node (`redis://`, or `rediss://` for TLS), keeping a
-    /// reconnecting connection. Fails if the first connection cannot be made.
+    /// Connects to one Redis node (`redis://`, or `rediss://` for TLS). Fails if the
+    /// first connection cannot be made, so a wrong URL or password fails at start-up.
     pub async fn connect(url: &str) -> Result<Self, Error> {
         install_crypto_provider();
         let client = redis::Client::open(url).map_err(store_error)?;
-        let manager = ConnectionManager::new(client).await.map_err(store_error)?;
-        Ok(Self::from_connection_manager(manager))
+        Self::from_client(client).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (their URLs; `rediss://` for
@@ -186,26 +236,36 @@ impl RedisStore {
             // Enough for a redirect and a reconnect; the engine retries the rest within
             // the lease, knowing the deadline.
             .retries(2)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(CLUSTER_REPLY_TIMEOUT)
             .build()
             .map_err(store_error)?;
-        let connection = client.get_async_connection().await.map_err(store_error)?;
-        Ok(Self::from_cluster_connection(connection))
+        Self::from_cluster_client(client).await
     }
 
-    /// A store on a connection manager you built (to set timeouts or a client name).
-    pub fn from_connection_manager(manager: ConnectionManager) -> Self {
-        Self {
-            connection: Connection::Node(manager),
-            key_prefix: String::new(),
-        }
+    /// A store on one node through a client you built (TLS certificates of your own,
+    /// say), connected now.
+    pub async fn from_client(client: redis::Client) -> Result<Self, Error> {
+        Self::open(Target::Node(client)).await
     }
 
-    /// A store on a cluster connection you built.
-    pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self {
-            connection: Connection::Cluster(connection),
+    /// A store on a cluster through a client you built, connected now. Give it few
+    /// retries: the engine retries within the lease.
+    pub async fn from_cluster_client(client: ClusterClient) -> Result<Self, Error> {
+        Self::open(Target::Cluster(client)).await
+    }
+
+    async fn open(target: Target) -> Result<Self, Error> {
+        let store = Self {
+            inner: Arc::new(Inner {
+                target,
+                current: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(0),
+            }),
             key_prefix: String::new(),
-        }
+        };
+        store.connection().await.map_err(store_error)?;
+        Ok(store)
     }
 
     /// Prepends `prefix` to every record's key, to share a server with other data (or
@@ -232,9 +292,65 @@ impl RedisStore {
     }
 
     async fn send(&self, cmd: &Cmd) -> Result<Value, RedisError> {
-        match &self.connection {
-            Connection::Node(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        let (generation, connection) = self.connection().await?;
+        let mut in_flight = InFlight {
+            store: self,
+            generation,
+            answered: false,
+        };
+        let result = match connection {
+            Connection::Node(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        };
+        in_flight.answered = true;
+        if let Err(e) = &result
+            && breaks_connection(e)
+        {
+            self.forget(generation);
+        }
+        result
+    }
+
+    /// The open connection, or a new one.
+    async fn connection(&self) -> Result<(u64, Connection), RedisError> {
+        if let Some(open) = self.current().clone() {
+            return Ok(open);
+        }
+        let mut generation = self.inner.connecting.lock().await;
+        // Another call may have connected while this one waited.
+        if let Some(open) = self.current().clone() {
+            return Ok(open);
+        }
+        let connection = match &self.inner.target {
+            Target::Node(client) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(None);
+                Connection::Node(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            Target::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+        };
+        *generation += 1;
+        let open = (*generation, connection);
+        *self.current() = Some(open.clone());
+        Ok(open)
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<(u64, Connection)>> {
+        // Every update is one assignment: a poisoned lock holds a whole value.
+        self.inner.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops connection `generation` (if it is still the current one): the next call
+    /// connects again.
+    fn forget(&self, generation: u64) {
+        let mut current = self.current();
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
         }
     }
 
@@ -411,28 +527,62 @@ fn unexpected(id: &str, reply: &Value) -> Error {
     )
 }
 
-/// Maps a driver error to [`Error::Store`], keeping it as the source (downcast it to
-/// [`redis::RedisError`]). Retryable: the connection dropped, refused or timed out, and
-/// the server's transient answers (`TRYAGAIN`, `LOADING`, `CLUSTERDOWN`, `MASTERDOWN`,
-/// `READONLY` after a failover, redirects the cluster client gave up on).
-fn store_error(err: RedisError) -> Error {
-    let retryable = err.is_io_error()
+/// Whether the connection that answered `err` may be unusable: its socket failed, it
+/// timed out, or its node is no longer the primary (after a failover, reconnecting to the
+/// same endpoint reaches the new one).
+fn breaks_connection(err: &RedisError) -> bool {
+    err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || matches!(
             err.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::TryAgain
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-            ) | ErrorKind::ClusterConnectionNotFound
-        );
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+                | ErrorKind::ClusterConnectionNotFound
+        )
+}
+
+/// Maps a driver error to [`Error::Store`], keeping it as the source (downcast it to
+/// [`redis::RedisError`]). Retryable: the connection dropped, refused or timed out, and
+/// the server's transient answers (`TRYAGAIN`, `LOADING`, `CLUSTERDOWN`, `MASTERDOWN`,
+/// `READONLY` after a failover, redirects the cluster client gave up on).
+fn store_error(err: RedisError) -> Error {
+    // A certificate or protocol the client refuses fails the same way every time.
+    let refused = err.is_io_error()
+        && (matches!(err.retry_method(), redis::RetryMethod::NoRetry) || invalid_data(&err));
+    let retryable = !refused
+        && (err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || matches!(
+                err.kind(),
+                ErrorKind::Server(
+                    ServerErrorKind::TryAgain
+                        | ServerErrorKind::BusyLoading
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                ) | ErrorKind::ClusterConnectionNotFound
+            ));
     Error::store(BACKEND, retryable, err)
+}
+
+/// Whether an I/O error in `err`'s chain is `InvalidData`, as rustls reports a certificate
+/// it does not trust.
+fn invalid_data(err: &RedisError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// TLS goes through rustls with aws-lc-rs, the provider the AWS SDK already builds; set

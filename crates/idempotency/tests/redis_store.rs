@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 mod common;
-use common::private_redis;
+use common::{private_redis, private_redis_with, test_certificates};
 
 const HOW: &str = "run scripts/test (it finds or starts Redis and a three-node cluster), or start \
     redis-server on 127.0.0.1:6379, or set REDIS_TEST_URL / REDIS_CLUSTER_TEST_URLS";
@@ -470,5 +470,92 @@ async fn an_unreachable_server_is_a_retryable_error() {
             assert!(e.is_retryable(), "{e}")
         }
         other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+/// In-transit encryption and ACL credentials, as ElastiCache uses them: a private server
+/// that speaks only TLS and knows only the user `worker`. A client built with the test CA
+/// works; a wrong password and an untrusted certificate are errors no retry fixes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_acl_credentials() {
+    let (_server, addr) = private_redis_with(|port, dir| {
+        test_certificates(dir);
+        let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &file("server.crt"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "worker",
+            "on",
+            ">secret",
+            "~*",
+            "+@all",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    })
+    .await;
+    let dir = std::env::temp_dir().join(format!("idem-test-redis-{}", addr.port()));
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let client = |password: &str| {
+        redis::Client::build_with_tls(
+            format!("rediss://worker:{password}@localhost:{}", addr.port()),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca.clone()),
+            },
+        )
+        .unwrap()
+    };
+    let store = RedisStore::from_client(client("secret"))
+        .await
+        .expect("TLS with the test CA and the worker's credentials")
+        .with_key_prefix(prefix("tls"));
+    let c = claim("conformance.tls#k", "t1");
+    store.claim(&c).await.unwrap();
+    store
+        .complete(&c, Some("1"), SystemTime::now() + Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&c.id).await.unwrap().unwrap().status,
+        Status::Completed
+    );
+    match RedisStore::from_client(client("wrong")).await {
+        Err(
+            e @ Error::Store {
+                backend: "redis", ..
+            },
+        ) => {
+            assert!(!e.is_retryable(), "a wrong password is not retryable: {e}")
+        }
+        other => panic!("a wrong password must fail, got {other:?}"),
+    }
+    // The system's roots do not hold the test CA: refused, and no retry fixes that.
+    match RedisStore::connect(&format!("rediss://worker:secret@localhost:{}", addr.port())).await {
+        Err(
+            e @ Error::Store {
+                backend: "redis", ..
+            },
+        ) => {
+            assert!(
+                !e.is_retryable(),
+                "an untrusted certificate is not retryable: {e}"
+            )
+        }
+        other => panic!("an untrusted certificate must fail, got {other:?}"),
     }
 }

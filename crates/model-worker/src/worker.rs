@@ -73,9 +73,16 @@ impl Worker {
                 Idempotency::builder(store.with_key_prefix(key_prefix.clone()))
             }
             #[cfg(feature = "postgres")]
-            StoreChoice::Postgres { url, table } => Idempotency::builder(
-                lambda_idempotency::store::postgres::PostgresStore::connect(url, table.clone())?,
-            ),
+            StoreChoice::Postgres { url, table } => {
+                let store = lambda_idempotency::store::postgres::PostgresStore::connect(
+                    url,
+                    table.clone(),
+                )?;
+                // At start-up: a wrong URL, password or certificate stops the worker before
+                // any message, and the first message does not pay for the connection.
+                store.ensure_connected().await?;
+                Idempotency::builder(store)
+            }
             #[allow(unreachable_patterns)]
             other => {
                 return Err(format!("this build has no store for {other:?}").into());

@@ -45,6 +45,13 @@
 //! timeout. Behind RDS Proxy or PgBouncer (transaction mode) this is fine: no session
 //! state and no named prepared statements are used.
 //!
+//! A call cut off while the server still works on it (waiting for a row lock another
+//! session holds) leaves that server process working until it next writes to the gone
+//! client, while the store opens a new connection. Bound statements on the server side
+//! too, so cut-off calls cannot pile up towards `max_connections`: add
+//! `options=-c%20statement_timeout%3D5000` to the URL (or `ALTER ROLE … SET
+//! statement_timeout`), a little above the engine's attempt timeout.
+//!
 //! # TLS
 //! From the URL's `sslmode`: `disable` connects without TLS; `require` uses TLS and
 //! verifies the server certificate against the system's roots and the ones given with
@@ -210,6 +217,24 @@ fn require_tls(config: &mut tokio_postgres::Config) {
     }
 }
 
+/// The expiration index's name: `{table}_expiration_idx`, or, when that passes
+/// PostgreSQL's 63-byte limit (it would be cut, and two long table names could share it),
+/// the table name's start and a hash of the whole.
+fn index_name(table: &str) -> String {
+    let name = format!("{table}_expiration_idx");
+    if name.len() <= 63 {
+        return name;
+    }
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(table.as_bytes());
+    let mut cut = 36;
+    while !table.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hex: String = hash[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}_{hex}_expiration_idx", &table[..cut])
+}
+
 /// Quotes one identifier: double quotes, inner ones doubled.
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -250,12 +275,9 @@ impl PostgresStore {
         let (quoted, index) = match table.split_once('.') {
             Some((schema, name)) => (
                 format!("{}.{}", quote_ident(schema), quote_ident(name)),
-                quote_ident(&format!("{name}_expiration_idx")),
+                quote_ident(&index_name(name)),
             ),
-            None => (
-                quote_ident(&table),
-                quote_ident(&format!("{table}_expiration_idx")),
-            ),
+            None => (quote_ident(&table), quote_ident(&index_name(&table))),
         };
         let sql = Statements::new(&quoted);
         Ok(Self {
@@ -1035,6 +1057,16 @@ mod tests {
             stored_id("f.op#back\\slash"),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn long_table_names_get_distinct_index_names() {
+        assert_eq!(index_name("idempotency"), "idempotency_expiration_idx");
+        let a = index_name(&format!("{}a", "t".repeat(60)));
+        let b = index_name(&format!("{}b", "t".repeat(60)));
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert_ne!(a, b);
+        assert!(index_name(&"é".repeat(40)).len() <= 63);
     }
 
     #[test]

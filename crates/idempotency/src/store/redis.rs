@@ -570,13 +570,26 @@ fn store_error(err: RedisError) -> Error {
     Error::store(BACKEND, retryable, err)
 }
 
-/// Whether an I/O error in `err`'s chain is `InvalidData`, as rustls reports a certificate
-/// it does not trust.
+/// Whether `err` holds a TLS refusal (an untrusted or mismatched certificate, a protocol
+/// the other side will not speak): rustls's own error, or the `InvalidData` I/O error it
+/// travels in.
 fn invalid_data(err: &RedisError) -> bool {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let refusal = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<rustls::Error>().is_some()
+            || e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                io.kind() == std::io::ErrorKind::InvalidData
+                    && io
+                        .get_ref()
+                        .is_some_and(|inner| inner.is::<rustls::Error>())
+            })
+    };
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(c) = cause {
-        if c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+        // redis-rs keeps the I/O error in an `Arc`, which is the source it reports.
+        if refusal(c)
+            || c.downcast_ref::<Shared>()
+                .is_some_and(|shared| refusal(&**shared))
         {
             return true;
         }

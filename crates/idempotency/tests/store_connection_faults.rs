@@ -305,7 +305,17 @@ async fn postgres_prefer_with_roots_never_falls_back_to_plaintext() {
         .unwrap()
         .with_root_certificates_pem(&some_root_pem())
         .unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(3), store.ensure_connected()).await;
+    let connected = tokio::time::timeout(Duration::from_secs(3), store.ensure_connected())
+        .await
+        .expect("the refusal is immediate");
+    match connected {
+        Err(e) => assert!(
+            e.to_string().to_lowercase().contains("tls")
+                || e.to_string().to_lowercase().contains("ssl"),
+            "refused for declining TLS, not for something else: {e}"
+        ),
+        Ok(()) => panic!("a server that declines TLS must be refused"),
+    }
     let leaked = tokio::time::timeout(Duration::from_millis(500), password)
         .await
         .ok()

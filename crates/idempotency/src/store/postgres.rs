@@ -167,13 +167,22 @@ impl fmt::Debug for PostgresStore {
 }
 
 /// Starts an id stored escaped. PostgreSQL's `text` cannot hold NUL, which a key taken
-/// from a JSON string may: such an id (and any id starting with this marker) is stored as
-/// the marker and the id with `\` doubled and NUL written `\0`. The mapping is one to
-/// one, so no two ids share a row, and every other id is stored as it is.
+/// from a JSON string may: such an id (and any id starting with this marker or
+/// [`HASHED_ID`]) is stored as the marker and the id with `\` doubled and NUL written
+/// `\0`. The mapping is one to one, so no two ids share a row, and every other id is
+/// stored as it is.
 const ESCAPED_ID: char = '\u{1}';
 
+/// Starts an id stored as the SHA-256 of the id: an escaped id longer than
+/// [`MAX_STORED_ID_BYTES`] (escaping can double an id, and a primary key entry must fit
+/// PostgreSQL's 2704-byte index limit). Read back, the record's id is this form.
+const HASHED_ID: char = '\u{2}';
+
+/// The longest id stored escaped; longer ones are stored hashed.
+const MAX_STORED_ID_BYTES: usize = 2048;
+
 fn stored_id(id: &str) -> std::borrow::Cow<'_, str> {
-    if !id.contains('\0') && !id.starts_with(ESCAPED_ID) {
+    if !id.contains('\0') && !id.starts_with([ESCAPED_ID, HASHED_ID]) {
         return std::borrow::Cow::Borrowed(id);
     }
     let mut stored = String::with_capacity(id.len() + 8);
@@ -184,6 +193,12 @@ fn stored_id(id: &str) -> std::borrow::Cow<'_, str> {
             '\0' => stored.push_str("\\0"),
             c => stored.push(c),
         }
+    }
+    if stored.len() > MAX_STORED_ID_BYTES {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(id.as_bytes());
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        return std::borrow::Cow::Owned(format!("{HASHED_ID}{hex}"));
     }
     std::borrow::Cow::Owned(stored)
 }
@@ -1035,6 +1050,7 @@ mod tests {
             "f.op#nul\\0lookalike",
             "\u{1}f.op#marker",
             "\u{1}",
+            "\u{2}f.op#hashed-marker",
             "\0",
             "\\",
             "",

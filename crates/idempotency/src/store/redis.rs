@@ -35,14 +35,18 @@
 //!
 //! # Connections
 //! [`RedisStore::connect`] keeps one multiplexed connection per execution environment
-//! (for a cluster, one cluster connection) and **rebuilds it on the next call** after any
-//! request on it failed in a way that may have broken it (an I/O error, a dropped or
-//! refused connection, a timeout, `READONLY` or `MASTERDOWN` from a node demoted by a
-//! failover) or was cut off by the engine's attempt timeout. A connection that went
-//! half-open during a Lambda freeze (a NAT's idle timeout) therefore costs one attempt,
-//! not every attempt until the kernel gives up. Connects are bounded at 1 s; replies are
-//! not bounded by the driver: the engine's attempt timeout
-//! (`IdempotencyBuilder::store_attempt_timeout`) is the one bound.
+//! and **rebuilds it on the next call** after any request on it failed in a way that may
+//! have broken it (an I/O error, a dropped or refused connection, a timeout, `READONLY`
+//! or `MASTERDOWN` from a node demoted by a failover) or was cut off by the engine's
+//! attempt timeout. A connection that went half-open during a Lambda freeze (a NAT's idle
+//! timeout) therefore costs one attempt, not every attempt until the kernel gives up.
+//! A cluster connection is kept whole: the cluster client reconnects to each node and
+//! follows failovers and redirects itself (rebuilding it because one node stopped
+//! answering would take the healthy shards down too). Connects are bounded at 1 s, and
+//! each request at [`DEFAULT_REQUEST_TIMEOUT`] (5 s,
+//! [`with_request_timeout`](RedisStore::with_request_timeout)), so a call outside the
+//! engine (a health check) never hangs; inside it, the engine's attempt timeout
+//! (`IdempotencyBuilder::store_attempt_timeout`, 2 s by default) is the bound that counts.
 //! `rediss://` URLs use TLS (ElastiCache in-transit encryption, through rustls and the
 //! system's root certificates); `redis://user:password@host` authenticates with ACL
 //! credentials (ElastiCache RBAC), `redis://:password@host` with a password alone.
@@ -77,9 +81,11 @@ const BACKEND: &str = "redis";
 /// How long a connect may take, for one node and for each node of a cluster.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The cluster client insists on a reply timeout; this one is far above any attempt
-/// timeout, so the engine's is the one that counts.
-const CLUSTER_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a request may wait for its reply by default, so a call made outside the
+/// engine (a health check, a `get`) never waits forever on a server that stopped
+/// answering. Above the engine's attempt timeout (2 s by default), which is the bound that
+/// normally counts.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How much longer a key lives than its record counts: a server clock up to this far
 /// ahead of the workers' never deletes a record that still counts for them.
@@ -184,6 +190,7 @@ struct Inner {
 pub struct RedisStore {
     inner: Arc<Inner>,
     key_prefix: String,
+    request_timeout: Duration,
 }
 
 impl fmt::Debug for RedisStore {
@@ -237,7 +244,7 @@ impl RedisStore {
             // the lease, knowing the deadline.
             .retries(2)
             .connection_timeout(CONNECT_TIMEOUT)
-            .response_timeout(CLUSTER_REPLY_TIMEOUT)
+            .response_timeout(DEFAULT_REQUEST_TIMEOUT)
             .build()
             .map_err(store_error)?;
         Self::from_cluster_client(client).await
@@ -263,9 +270,17 @@ impl RedisStore {
                 connecting: tokio::sync::Mutex::new(0),
             }),
             key_prefix: String::new(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         };
         store.connection().await.map_err(store_error)?;
         Ok(store)
+    }
+
+    /// Bounds every request's wait for its reply ([`DEFAULT_REQUEST_TIMEOUT`] unless set).
+    /// Keep it above the engine's attempt timeout, which is the bound that should count.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Prepends `prefix` to every record's key, to share a server with other data (or
@@ -286,7 +301,8 @@ impl RedisStore {
     }
 
     /// Sends one command on the store's connection (its own node's, for a single node;
-    /// routed by its key, for a cluster). For health checks and diagnostics.
+    /// routed by its key, for a cluster), bounded by the request timeout. For health
+    /// checks and diagnostics.
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
         self.send(cmd).await.map_err(store_error)
     }
@@ -298,9 +314,19 @@ impl RedisStore {
             generation,
             answered: false,
         };
-        let result = match connection {
-            Connection::Node(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        let request = async {
+            match connection {
+                Connection::Node(mut c) => cmd.query_async(&mut c).await,
+                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+            }
+        };
+        let result = match tokio::time::timeout(self.request_timeout, request).await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply within {:?}", self.request_timeout),
+            )
+            .into()),
         };
         in_flight.answered = true;
         if let Err(e) = &result
@@ -347,7 +373,14 @@ impl RedisStore {
 
     /// Drops connection `generation` (if it is still the current one): the next call
     /// connects again.
+    ///
+    /// A cluster connection is never dropped: the cluster client reconnects to each node
+    /// and follows failovers itself, and rebuilding it whole (a connection to every node)
+    /// because one node stopped answering would take the healthy shards down with it.
     fn forget(&self, generation: u64) {
+        if matches!(self.inner.target, Target::Cluster(_)) {
+            return;
+        }
         let mut current = self.current();
         if current.as_ref().is_some_and(|(g, _)| *g == generation) {
             *current = None;

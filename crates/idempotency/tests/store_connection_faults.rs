@@ -80,6 +80,8 @@ struct Proxy {
     accepted: Arc<AtomicU64>,
     /// Where connections accepted from now on go.
     upstream: Arc<std::sync::Mutex<std::net::SocketAddr>>,
+    /// How long every answer is held back, in milliseconds (changeable at any time).
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -91,6 +93,8 @@ impl Proxy {
         let (gen2, acc2) = (generation.clone(), accepted.clone());
         let upstream = Arc::new(std::sync::Mutex::new(upstream));
         let up2 = upstream.clone();
+        let delay_ms = Arc::new(AtomicU64::new(delay.as_millis() as u64));
+        let delay2 = delay_ms.clone();
         tokio::spawn(async move {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
@@ -98,6 +102,7 @@ impl Proxy {
                 acc2.fetch_add(1, Ordering::SeqCst);
                 let mine = gen2.load(Ordering::SeqCst);
                 let generation = gen2.clone();
+                let delay = delay2.clone();
                 tokio::spawn(async move {
                     let server = TcpStream::connect(upstream).await.unwrap();
                     let (mut cr, mut cw) = client.into_split();
@@ -130,8 +135,9 @@ impl Proxy {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => n,
                             };
-                            if !delay.is_zero() {
-                                tokio::time::sleep(delay).await;
+                            let held = delay.load(Ordering::SeqCst);
+                            if held > 0 {
+                                tokio::time::sleep(Duration::from_millis(held)).await;
                             }
                             if frozen() {
                                 std::future::pending::<()>().await;
@@ -150,6 +156,7 @@ impl Proxy {
             generation,
             accepted,
             upstream,
+            delay_ms,
         }
     }
 
@@ -202,6 +209,40 @@ async fn redis_rebuilds_a_connection_that_stopped_answering() {
     );
 }
 
+/// A request on the old connection that is cut off late, after the store moved to a new
+/// connection, leaves the new one alone: only the connection it was sent on is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_cut_off_on_an_old_connection_keeps_the_new_one() {
+    let proxy = Proxy::start(redis_upstream(), Duration::ZERO).await;
+    let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
+        .await
+        .unwrap()
+        .with_key_prefix(format!("stale:{:016x}:", fastrand::u64(..)));
+    store.get("k").await.unwrap();
+    proxy.freeze();
+    // Two requests on the frozen connection, cut off at different times.
+    let late = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_millis(1500), store.get("k"))
+                .await
+                .is_err()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let early = tokio::time::timeout(Duration::from_millis(200), store.get("k")).await;
+    assert!(early.is_err(), "the frozen connection does not answer");
+    store.get("k").await.expect("a new connection answers");
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 2);
+    assert!(late.await.unwrap(), "the late request was cut off");
+    store.get("k").await.unwrap();
+    assert_eq!(
+        proxy.accepted.load(Ordering::SeqCst),
+        2,
+        "the late cut-off on the old connection must not drop the new one"
+    );
+}
+
 /// Control: the PostgreSQL store does rebuild after an attempt is cut off (Call::drop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_postgres_rebuilds_a_connection_that_stopped_answering() {
@@ -230,11 +271,13 @@ async fn control_postgres_rebuilds_a_connection_that_stopped_answering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_waits_as_long_as_the_engine_allows() {
-    let proxy = Proxy::start(redis_upstream(), Duration::from_millis(700)).await;
+    let proxy = Proxy::start(redis_upstream(), Duration::ZERO).await;
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
         .with_key_prefix(format!("review:{:016x}:", fastrand::u64(..)));
+    // Slow answers from now on (not during the connect, whose own bound is 1 s).
+    proxy.delay_ms.store(700, Ordering::SeqCst);
     // The engine's own attempt timeout is 2 s: emulate it.
     let r = tokio::time::timeout(Duration::from_secs(2), store.get("k")).await;
     assert!(

@@ -415,24 +415,7 @@ impl RedisStore {
             key_expiry_ms(claim.expiration, Some(claim.lease_until)).to_string(),
         ];
         let reply = self.eval(&CLAIM, &self.key(&claim.id), &args).await?;
-        let (written, old) = match reply {
-            Value::Array(mut parts) if parts.len() == 2 => {
-                let old = parts.pop().unwrap_or(Value::Nil);
-                (parts.pop(), old)
-            }
-            other => return Err(unexpected(&claim.id, &other)),
-        };
-        let old = fields(&claim.id, old)?;
-        match written {
-            Some(Value::Int(1)) if old.is_empty() => Ok(ClaimOutcome::Claimed { previous: None }),
-            Some(Value::Int(1)) => Ok(ClaimOutcome::Claimed {
-                // A record we replaced that we cannot read is no reason to fail the claim.
-                previous: parse(&claim.id, &old).ok(),
-            }),
-            // Refused: a live record holds the key. It cannot be empty (that is claimable).
-            Some(Value::Int(0)) => Ok(ClaimOutcome::Exists(parse(&claim.id, &old)?)),
-            other => Err(unexpected(&claim.id, &other.unwrap_or(Value::Nil))),
-        }
+        claim_outcome(&claim.id, reply)
     }
 
     async fn complete_once(
@@ -478,6 +461,29 @@ fn key_expiry_ms(expiration: SystemTime, lease_until: Option<SystemTime>) -> u64
     expires
         .max(lease_ends)
         .saturating_add(KEY_GRACE.as_millis() as u64)
+}
+
+/// The claim script's answer: `{1, old}` written, `{0, old}` refused, `old` the hash
+/// that was there (empty when none was).
+fn claim_outcome(id: &str, reply: Value) -> Result<ClaimOutcome, Error> {
+    let (written, old) = match reply {
+        Value::Array(parts) => match <[Value; 2]>::try_from(parts) {
+            Ok([written, old]) => (written, old),
+            Err(parts) => return Err(unexpected(id, &Value::Array(parts))),
+        },
+        other => return Err(unexpected(id, &other)),
+    };
+    let old = fields(id, old)?;
+    match written {
+        // A record we replaced that we cannot read is no reason to fail the claim; an
+        // empty hash (no record was there) does not parse either.
+        Value::Int(1) => Ok(ClaimOutcome::Claimed {
+            previous: parse(id, &old).ok(),
+        }),
+        // Refused: a live record holds the key. It cannot be empty (that is claimable).
+        Value::Int(0) => Ok(ClaimOutcome::Exists(parse(id, &old)?)),
+        other => Err(unexpected(id, &other)),
+    }
 }
 
 /// A completion's or release's answer: 1 done, 0 the lease token no longer matches.
@@ -564,10 +570,8 @@ fn unexpected(id: &str, reply: &Value) -> Error {
 /// timed out, or its node is no longer the primary (after a failover, reconnecting to the
 /// same endpoint reaches the new one).
 fn breaks_connection(err: &RedisError) -> bool {
+    // A dropped, refused or timed-out connection is an I/O error.
     err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
         || matches!(
             err.kind(),
             ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
@@ -583,11 +587,9 @@ fn store_error(err: RedisError) -> Error {
     // A certificate or protocol the client refuses fails the same way every time.
     let refused = err.is_io_error()
         && (matches!(err.retry_method(), redis::RetryMethod::NoRetry) || invalid_data(&err));
+    // A dropped, refused or timed-out connection is an I/O error.
     let retryable = !refused
         && (err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
             || matches!(
                 err.kind(),
                 ErrorKind::Server(
@@ -745,6 +747,94 @@ mod tests {
     }
 
     #[test]
+    fn the_claim_scripts_answers() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let hash = Value::Array(
+            ["status", "COMPLETED", "expiration", "5", "data", "1"]
+                .map(bulk)
+                .to_vec(),
+        );
+        let answer = |written: i64, old: Value| Value::Array(vec![Value::Int(written), old]);
+        assert_eq!(
+            claim_outcome("k", answer(1, Value::Array(vec![]))).unwrap(),
+            ClaimOutcome::Claimed { previous: None }
+        );
+        match claim_outcome("k", answer(1, hash.clone())).unwrap() {
+            ClaimOutcome::Claimed { previous: Some(r) } => {
+                assert_eq!(
+                    (r.status, r.data.as_deref()),
+                    (Status::Completed, Some("1"))
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match claim_outcome("k", answer(0, hash.clone())).unwrap() {
+            ClaimOutcome::Exists(r) => assert_eq!(r.expiration, from_epoch_secs(5)),
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Array(vec![]), Value::Nil]),
+            answer(2, hash.clone()),
+            answer(0, Value::Array(vec![])),
+        ] {
+            assert!(
+                matches!(
+                    claim_outcome("k", bad.clone()),
+                    Err(Error::Store {
+                        retryable: false,
+                        ..
+                    })
+                ),
+                "{bad:?} is an error"
+            );
+        }
+    }
+
+    #[test]
+    fn which_errors_drop_the_connection_and_which_are_retried() {
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "socket"));
+        let server = |kind| RedisError::from((ErrorKind::Server(kind), "server"));
+        for err in [
+            io(std::io::ErrorKind::ConnectionReset),
+            io(std::io::ErrorKind::TimedOut),
+            io(std::io::ErrorKind::BrokenPipe),
+            server(ServerErrorKind::ReadOnly),
+            server(ServerErrorKind::MasterDown),
+            RedisError::from((ErrorKind::ClusterConnectionNotFound, "gone")),
+        ] {
+            assert!(breaks_connection(&err), "{err} drops the connection");
+            assert!(store_error(err).is_retryable());
+        }
+        for err in [
+            server(ServerErrorKind::NoScript),
+            server(ServerErrorKind::ResponseError),
+            server(ServerErrorKind::TryAgain),
+            server(ServerErrorKind::BusyLoading),
+            server(ServerErrorKind::ClusterDown),
+            RedisError::from((ErrorKind::AuthenticationFailed, "auth")),
+            RedisError::from((ErrorKind::UnexpectedReturnType, "type")),
+        ] {
+            assert!(!breaks_connection(&err), "{err} keeps the connection");
+        }
+        for (err, retryable) in [
+            (server(ServerErrorKind::TryAgain), true),
+            (server(ServerErrorKind::BusyLoading), true),
+            (server(ServerErrorKind::ClusterDown), true),
+            (server(ServerErrorKind::ResponseError), false),
+            (
+                RedisError::from((ErrorKind::AuthenticationFailed, "auth")),
+                false,
+            ),
+            (io(std::io::ErrorKind::PermissionDenied), false),
+        ] {
+            let text = err.to_string();
+            assert_eq!(store_error(err).is_retryable(), retryable, "{text}");
+        }
+    }
+
+    #[test]
     fn unexpected_replies_are_errors() {
         assert!(matches!(fenced("k", Value::Int(1)), Ok(())));
         assert!(matches!(
@@ -760,5 +850,12 @@ mod tests {
         ));
         assert!(fields("k", Value::Array(vec![Value::Int(1)])).is_err());
         assert!(fields("k", Value::Nil).unwrap().is_empty());
+        // RESP3 answers a map, of simple or bulk strings.
+        let map = Value::Map(vec![(
+            Value::SimpleString("status".into()),
+            Value::BulkString(b"COMPLETED".to_vec()),
+        )]);
+        assert_eq!(fields("k", map).unwrap()["status"], "COMPLETED");
+        assert!(fields("k", Value::Array(vec![Value::Int(1), Value::Int(2)])).is_err());
     }
 }

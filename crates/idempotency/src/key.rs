@@ -200,8 +200,13 @@ pub(crate) fn validation_hash(payload: &Value, fields: &[String]) -> String {
 pub(crate) fn hash_value(value: &Value) -> String {
     let mut text = String::with_capacity(256);
     write_canonical(value, &mut text);
+    sha256_hex(text.as_bytes())
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     // sha2's output (a GenericArray) formats as lowercase hex, two digits a byte.
-    format!("{:x}", Sha256::digest(text.as_bytes()))
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 fn subset(payload: &Value, fields: &[String]) -> (Map<String, Value>, Vec<String>) {

@@ -3,9 +3,9 @@
 
 use lambda_idempotency::clock::TestClock;
 use lambda_idempotency::store::Status;
-use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::store::{IdempotencyStore, StoreOp};
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome,
 };
@@ -519,4 +519,24 @@ async fn results_at_the_store_record_limit() {
             (stored, other) => panic!("result of {len} bytes (stored: {stored}): {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn the_fault_wrapper_times_answered_requests() {
+    let store = FaultyStore::new(MemoryStore::new());
+    store.inject(StoreOp::Get, Fault::Slow(Duration::from_millis(30)), 1);
+    store.get("k").await.unwrap();
+    store.inject(StoreOp::Get, Fault::Unavailable, 1);
+    assert!(store.get("k").await.is_err());
+    assert_eq!(store.requests(StoreOp::Get), 2);
+    let busy = store.time_in_requests();
+    assert!(
+        busy >= Duration::from_millis(30) && busy < Duration::from_secs(5),
+        "the slow request's time, not the refused one's: {busy:?}"
+    );
+    store.reset_requests();
+    assert_eq!(
+        (store.total_requests(), store.time_in_requests()),
+        (0, Duration::ZERO)
+    );
 }

@@ -10,14 +10,8 @@ use lambda_idempotency::{Idempotency, KeyStrategy, Operation};
 use serde_json::json;
 use std::time::{Duration, SystemTime};
 
-fn pg_url() -> String {
-    std::env::var("POSTGRES_TEST_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn schema() -> String {
-    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
-}
+mod common;
+use common::{postgres_schema, postgres_url};
 
 /// A key: a NUL, then printable ASCII with about a third backslashes (a Windows path, a
 /// regex, escaped JSON kept as text), `len` bytes in all.
@@ -42,16 +36,20 @@ fn key(len: usize) -> String {
 
 #[tokio::test]
 async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
-    let (admin, connection) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
+    let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
     admin
-        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema()))
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+            postgres_schema()
+        ))
         .await
         .ok();
     let name = format!("idem_long_id_{:012x}", fastrand::u64(..) >> 16);
-    let store = PostgresStore::connect(&pg_url(), format!("{}.{name}", schema())).unwrap();
+    let store =
+        PostgresStore::connect(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
     store.create_table().await.unwrap();
 
     // The id as the engine builds it, exactly at its limit: accepted.
@@ -70,7 +68,7 @@ async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
         lambda_idempotency::store::conformance::claim_at(&id, now, Duration::from_secs(60), "t1");
     let outcome = store.claim(&claim).await;
     admin
-        .batch_execute(&format!("DROP TABLE \"{}\".\"{name}\"", schema()))
+        .batch_execute(&format!("DROP TABLE \"{}\".\"{name}\"", postgres_schema()))
         .await
         .ok();
     assert!(

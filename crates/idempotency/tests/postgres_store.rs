@@ -25,14 +25,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio_postgres::NoTls;
 
-fn url() -> String {
-    std::env::var("POSTGRES_TEST_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn schema() -> String {
-    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
-}
+mod common;
+use common::{postgres_schema, postgres_url};
 
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -50,7 +44,7 @@ struct TestTable {
 }
 
 async fn admin() -> tokio_postgres::Client {
-    let url = url();
+    let url = postgres_url();
     let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap_or_else(|e| {
         panic!(
             "cannot connect to PostgreSQL at {url}: {e} ({e:?}); run scripts/test or set POSTGRES_TEST_URL"
@@ -67,7 +61,7 @@ impl TestTable {
 
     async fn named(name: &str) -> Self {
         let admin = admin().await;
-        let schema = schema();
+        let schema = postgres_schema();
         // Concurrent tests may race to create the schema: a duplicate is fine.
         if let Err(e) = admin
             .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote(&schema)))
@@ -90,7 +84,7 @@ impl TestTable {
 
     /// A store with a connection of its own, named after the table.
     fn store(&self) -> PostgresStore {
-        self.store_with(&url())
+        self.store_with(&postgres_url())
     }
 
     fn store_with(&self, url: &str) -> PostgresStore {
@@ -465,7 +459,7 @@ async fn the_table_holds_typed_columns_and_text_unchanged() {
         .query(
             "SELECT column_name::text, data_type::text, is_nullable::text FROM information_schema.columns \
              WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
-            &[&schema(), &table.name],
+            &[&postgres_schema(), &table.name],
         )
         .await
         .unwrap()
@@ -491,7 +485,7 @@ async fn the_table_holds_typed_columns_and_text_unchanged() {
         .query_one(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 \
              AND indexdef LIKE '%(expiration)%'",
-            &[&schema(), &table.name],
+            &[&postgres_schema(), &table.name],
         )
         .await
         .unwrap()
@@ -585,8 +579,12 @@ async fn purge_deletes_only_expired_rows_in_batches() {
 async fn a_missing_table_is_a_clear_permanent_error() {
     let admin = admin().await;
     drop(admin);
-    let name = format!("{}.idem_missing_{:016x}", schema(), fastrand::u64(..));
-    let store = PostgresStore::connect(&url(), &name).unwrap();
+    let name = format!(
+        "{}.idem_missing_{:016x}",
+        postgres_schema(),
+        fastrand::u64(..)
+    );
+    let store = PostgresStore::connect(&postgres_url(), &name).unwrap();
     let err = store.get("x").await.unwrap_err();
     let message = err.to_string();
     assert!(
@@ -768,7 +766,7 @@ async fn tls_follows_sslmode() {
         .await
         .unwrap()
         .get(0);
-    let url = url();
+    let url = postgres_url();
     if ssl_on == "on" && !url.contains("sslmode=disable") {
         assert_eq!(
             encrypted,

@@ -11,16 +11,7 @@ use serde_json::json;
 use std::time::Duration;
 
 mod common;
-use common::{Child, private_redis_with};
-
-fn signal(pid: &str, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
+use common::{Child, private_redis_with, signal};
 
 async fn node() -> (Child, std::net::SocketAddr) {
     private_redis_with(|port, dir| {
@@ -89,7 +80,7 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
     let store = RedisStore::connect_cluster([a, b, c].map(|n| format!("redis://{n}")))
         .await
         .unwrap()
-        .with_key_prefix("review2:");
+        .with_key_prefix("idem-cluster-frozen:");
     let idempotency = Idempotency::builder(store.clone())
         .function_name("fn")
         .build();

@@ -9,16 +9,7 @@ use lambda_idempotency::store::redis::RedisStore;
 use std::time::Duration;
 
 mod common;
-use common::private_redis;
-
-fn signal(pid: &str, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
+use common::{private_redis, signal};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_health_check_on_a_server_that_stopped_answering_returns() {

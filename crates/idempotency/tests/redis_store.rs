@@ -17,14 +17,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 mod common;
-use common::{private_redis, private_redis_with, test_certificates};
+use common::{private_redis, private_redis_with, redis_url, test_certificates};
 
 const HOW: &str = "run scripts/test (it finds or starts Redis and a three-node cluster), or start \
     redis-server on 127.0.0.1:6379, or set REDIS_TEST_URL / REDIS_CLUSTER_TEST_URLS";
-
-fn node_url() -> String {
-    std::env::var("REDIS_TEST_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 fn cluster_urls() -> Vec<String> {
     let urls = std::env::var("REDIS_CLUSTER_TEST_URLS")
@@ -40,7 +36,7 @@ fn prefix(test: &str) -> String {
 }
 
 async fn node(test: &str) -> RedisStore {
-    let url = node_url();
+    let url = redis_url();
     RedisStore::connect(&url)
         .await
         .unwrap_or_else(|e| panic!("cannot reach Redis at {url}: {e}; {HOW}"))

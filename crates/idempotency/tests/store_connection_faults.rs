@@ -15,39 +15,29 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 mod common;
-use common::private_redis;
-
-fn pg_url() -> String {
-    std::env::var("POSTGRES_TEST_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn redis_url() -> String {
-    std::env::var("REDIS_TEST_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-fn schema() -> String {
-    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
-}
+use common::{postgres_schema, postgres_url, private_redis, redis_url};
 
 async fn pg_store(test: &str) -> PostgresStore {
     let admin = pg_admin().await;
     admin
-        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema()))
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+            postgres_schema()
+        ))
         .await
         .ok();
     let table = format!(
-        "{}.review_{test}_{:012x}",
-        schema(),
+        "{}.idem_faults_{test}_{:012x}",
+        postgres_schema(),
         fastrand::u64(..) >> 16
     );
-    let store = PostgresStore::connect(&pg_url(), table).unwrap();
+    let store = PostgresStore::connect(&postgres_url(), table).unwrap();
     store.create_table().await.unwrap();
     store
 }
 
 async fn pg_admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls)
+    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
@@ -184,7 +174,7 @@ async fn redis_rebuilds_a_connection_that_stopped_answering() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix(format!("review:{:016x}:", fastrand::u64(..)));
+        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     store.get("k").await.expect("works through the proxy");
     proxy.freeze();
     // The engine's default: 3 attempts of up to 2 s each, plus backoff. Give the store
@@ -275,7 +265,7 @@ async fn redis_waits_as_long_as_the_engine_allows() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix(format!("review:{:016x}:", fastrand::u64(..)));
+        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     // Slow answers from now on (not during the connect, whose own bound is 1 s).
     proxy.delay_ms.store(700, Ordering::SeqCst);
     // The engine's own attempt timeout is 2 s: emulate it.
@@ -393,7 +383,7 @@ async fn control_redis_claims_an_id_with_a_nul() {
     let store = RedisStore::connect(&redis_url())
         .await
         .unwrap()
-        .with_key_prefix(format!("review:{:016x}:", fastrand::u64(..)));
+        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     let id = "fn.op#order\u{0}42";
     let outcome = store.claim(&claim(id, SystemTime::now(), "t1")).await;
     assert!(
@@ -523,7 +513,7 @@ async fn redis_follows_a_failover_that_demoted_its_node() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix("review:");
+        .with_key_prefix("idem-faults:");
     let now = SystemTime::now();
     store.claim(&claim("before", now, "t0")).await.unwrap();
     // Failover: the old primary becomes a replica (of a master that is not there yet),

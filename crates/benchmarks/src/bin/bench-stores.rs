@@ -4,71 +4,12 @@
 //! test servers (`scripts/bench` finds or starts them).
 
 use benchmarks::{typical_body, typical_completion};
-use lambda_idempotency::store::{BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record};
-use lambda_idempotency::store::{StoreLimits, StoreOp};
+use lambda_idempotency::store::faulty::FaultyStore;
 use lambda_idempotency::{Error, Idempotency, Outcome};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use test_support::stores::{Backend, TestStore};
 
 const MESSAGES: usize = 300;
-
-/// Counts a store's requests and the time spent in them.
-#[derive(Debug, Default)]
-struct Timing {
-    requests: [AtomicU64; 4],
-    nanos: AtomicU64,
-}
-
-#[derive(Debug, Clone)]
-struct TimedStore {
-    inner: Arc<dyn IdempotencyStore>,
-    timing: Arc<Timing>,
-}
-
-impl TimedStore {
-    fn time<'a, T: Send + 'a>(&'a self, op: StoreOp, call: BoxFuture<'a, T>) -> BoxFuture<'a, T> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let out = call.await;
-            self.timing.requests[op.index()].fetch_add(1, Ordering::Relaxed);
-            self.timing
-                .nanos
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            out
-        })
-    }
-}
-
-impl IdempotencyStore for TimedStore {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn limits(&self) -> StoreLimits {
-        self.inner.limits()
-    }
-    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
-        self.time(StoreOp::Claim, self.inner.claim(claim))
-    }
-    fn complete<'a>(
-        &'a self,
-        claim: &'a Claim,
-        data: Option<&'a str>,
-        expiration: SystemTime,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        self.time(
-            StoreOp::Complete,
-            self.inner.complete(claim, data, expiration),
-        )
-    }
-    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
-        self.time(StoreOp::Release, self.inner.release(claim))
-    }
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
-        self.time(StoreOp::Get, self.inner.get(id))
-    }
-}
 
 struct Row {
     round_trips: f64,
@@ -89,24 +30,18 @@ async fn main() {
     );
     for backend in Backend::ALL {
         let test_store = TestStore::open(backend, "bench-stores").await;
-        let timing = Arc::new(Timing::default());
-        let store = TimedStore {
-            inner: test_store.store.clone(),
-            timing: timing.clone(),
-        };
-        let idempotency = Idempotency::new(store);
+        // The fault wrapper, with no fault queued: it counts requests and their time.
+        let store = FaultyStore::new(test_store.store.clone());
+        let idempotency = Idempotency::new(store.clone());
         let run = |path: Outcome| {
-            let (idempotency, op, completion, timing) = (
+            let (idempotency, op, completion, store) = (
                 idempotency.clone(),
                 op.clone(),
                 completion.clone(),
-                timing.clone(),
+                store.clone(),
             );
             async move {
-                timing.nanos.store(0, Ordering::Relaxed);
-                for r in &timing.requests {
-                    r.store(0, Ordering::Relaxed);
-                }
+                store.reset_requests();
                 let mut each = Vec::with_capacity(MESSAGES);
                 let started = Instant::now();
                 for i in 0..MESSAGES {
@@ -121,17 +56,11 @@ async fn main() {
                 }
                 let wall = started.elapsed() / MESSAGES as u32;
                 each.sort();
-                let requests: u64 = timing
-                    .requests
-                    .iter()
-                    .map(|r| r.load(Ordering::Relaxed))
-                    .sum();
                 Row {
-                    round_trips: requests as f64 / MESSAGES as f64,
+                    round_trips: store.total_requests() as f64 / MESSAGES as f64,
                     wall,
                     p50: each[MESSAGES / 2],
-                    in_store: Duration::from_nanos(timing.nanos.load(Ordering::Relaxed))
-                        / MESSAGES as u32,
+                    in_store: store.time_in_requests() / MESSAGES as u32,
                 }
             }
         };

@@ -59,6 +59,8 @@ pub struct FaultyStore<S> {
 struct State {
     faults: Mutex<HashMap<StoreOp, VecDeque<Fault>>>,
     requests: [AtomicU64; StoreOp::ALL.len()],
+    /// Nanoseconds spent in the wrapped store's requests (those without a fault).
+    busy_nanos: AtomicU64,
 }
 
 impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
@@ -97,11 +99,18 @@ impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
         StoreOp::ALL.iter().map(|op| self.requests(*op)).sum()
     }
 
-    /// Sets every counter back to zero.
+    /// Time spent waiting on answered requests (those without a fault, and slow ones),
+    /// summed: what a benchmark subtracts to see the caller's own time.
+    pub fn time_in_requests(&self) -> Duration {
+        Duration::from_nanos(self.state.busy_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Sets every counter, and the time in requests, back to zero.
     pub fn reset_requests(&self) {
         for counter in &self.state.requests {
             counter.store(0, Ordering::Relaxed);
         }
+        self.state.busy_nanos.store(0, Ordering::Relaxed);
     }
 
     fn faults(&self) -> std::sync::MutexGuard<'_, HashMap<StoreOp, VecDeque<Fault>>> {
@@ -111,6 +120,17 @@ impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
     fn next_fault(&self, op: StoreOp) -> Option<Fault> {
         self.state.requests[op.index()].fetch_add(1, Ordering::Relaxed);
         self.faults().get_mut(&op).and_then(VecDeque::pop_front)
+    }
+
+    /// Awaits a request that is answered, adding its time to [`time_in_requests`].
+    ///
+    /// [`time_in_requests`]: Self::time_in_requests
+    async fn timed<R>(&self, request: impl Future<Output = R>) -> R {
+        let started = std::time::Instant::now();
+        let answer = request.await;
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.state.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
+        answer
     }
 
     /// Runs `apply` (the real request, owning what it needs) under the next fault of `op`.
@@ -124,7 +144,7 @@ impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
             Error::store(name, retryable, format!("injected {op:?} fault: {what}"))
         };
         match self.next_fault(op) {
-            None => apply(self.inner.clone()).await,
+            None => self.timed(apply(self.inner.clone())).await,
             Some(Fault::Unavailable) => Err(injected(true, "unavailable")),
             Some(Fault::Rejected) => Err(injected(false, "rejected")),
             Some(Fault::AnswerLost) => {
@@ -141,8 +161,11 @@ impl<S: IdempotencyStore + Clone + 'static> FaultyStore<S> {
                 std::future::pending().await
             }
             Some(Fault::Slow(after)) => {
-                tokio::time::sleep(after).await;
-                apply(self.inner.clone()).await
+                self.timed(async move {
+                    tokio::time::sleep(after).await;
+                    apply(self.inner.clone()).await
+                })
+                .await
             }
         }
     }

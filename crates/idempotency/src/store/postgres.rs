@@ -195,10 +195,8 @@ fn stored_id(id: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     if stored.len() > MAX_STORED_ID_BYTES {
-        use sha2::Digest;
-        let hash = sha2::Sha256::digest(id.as_bytes());
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-        return std::borrow::Cow::Owned(format!("{HASHED_ID}{hex}"));
+        let hash = crate::key::sha256_hex(id.as_bytes());
+        return std::borrow::Cow::Owned(format!("{HASHED_ID}{hash}"));
     }
     std::borrow::Cow::Owned(stored)
 }
@@ -240,14 +238,12 @@ fn index_name(table: &str) -> String {
     if name.len() <= 63 {
         return name;
     }
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(table.as_bytes());
+    let hash = crate::key::sha256_hex(table.as_bytes());
     let mut cut = 36;
     while !table.is_char_boundary(cut) {
         cut -= 1;
     }
-    let hex: String = hash[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}_{hex}_expiration_idx", &table[..cut])
+    format!("{}_{}_expiration_idx", &table[..cut], &hash[..8])
 }
 
 /// Quotes one identifier: double quotes, inner ones doubled.

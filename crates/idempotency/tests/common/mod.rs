@@ -1,4 +1,5 @@
-//! What the store tests share: a private Redis server.
+//! What the store tests share: the servers' URLs, a private Redis server, test
+//! certificates, and freezing a process.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -116,4 +117,30 @@ pub(crate) fn test_certificates(dir: &std::path::Path) {
         "-extfile",
         "server.ext",
     ]);
+}
+
+/// `REDIS_TEST_URL`, or the local server.
+pub(crate) fn redis_url() -> String {
+    std::env::var("REDIS_TEST_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// `POSTGRES_TEST_URL`, or the local server.
+pub(crate) fn postgres_url() -> String {
+    std::env::var("POSTGRES_TEST_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// `POSTGRES_TEST_SCHEMA` (one per `scripts/test` run, dropped when it ends), or `public`.
+pub(crate) fn postgres_schema() -> String {
+    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to process `pid`: a server that freezes, then thaws.
+pub(crate) fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
 }

@@ -172,6 +172,41 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
     assert_eq!((outcome, calls), (Outcome::Executed, 1), "complete hang");
     assert_completed(faulty.inner(), &id, "complete hang").await;
 
+    // The function fails, so the claim is released; the release was applied and its
+    // answer lost, or it hangs: the function's own error comes back, the retried release
+    // leaves no record, and the next delivery runs the function again.
+    for (name, fault) in [
+        ("release_answer_lost", Fault::AnswerLost),
+        ("release_hang", Fault::Hang),
+    ] {
+        faulty.clear_faults();
+        faulty.reset_requests();
+        faulty.inject(StoreOp::Release, fault, 1);
+        let payload = json!({"id": format!("{name}-{:016x}", fastrand::u64(..))});
+        let id = idempotency.idempotency_id(&op, &payload).unwrap();
+        let failed = idempotency
+            .execute(&op, &payload, || async {
+                Err::<String, _>(std::io::Error::other("the provider failed"))
+            })
+            .await;
+        assert!(
+            matches!(failed, Err(ExecuteError::Function(_))),
+            "{name}: the function's error comes back, got {failed:?}"
+        );
+        assert_eq!(faulty.requests(StoreOp::Release), 2, "{name}: two releases");
+        assert!(
+            faulty.inner().get(&id).await.unwrap().is_none(),
+            "{name}: the released record is gone"
+        );
+        let (_, outcome) = idempotency
+            .execute(&op, &payload, || async {
+                Ok::<_, std::io::Error>("second try".to_string())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{name}: the next delivery runs: {e:?}"));
+        assert_eq!(outcome, Outcome::Executed, "{name}: run again");
+    }
+
     // A store that refuses the claim outright: one request, a non-retryable error, no run.
     let (id, result, calls) = case("claim_rejected", Some((StoreOp::Claim, Fault::Rejected))).await;
     assert!(

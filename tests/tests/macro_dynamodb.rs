@@ -18,7 +18,7 @@ struct Worker {
 }
 
 impl Worker {
-    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", validate = ["prompt"])]
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", validate = ["prompt"], operation = "Worker::generate")]
     async fn generate(&self, request: Request) -> Result<String, lambda_runtime::Error> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if self.fail {

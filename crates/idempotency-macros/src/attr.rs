@@ -55,14 +55,14 @@ impl Parse for Args {
                     "handle" => set(&mut args.handle, input.parse()?, duplicate)?,
                     "payload" => set(&mut args.payload, input.parse()?, duplicate)?,
                     "context" => set(&mut args.context, input.parse()?, duplicate)?,
-                    "key" => set(&mut args.key, non_empty(input.parse()?)?, duplicate)?,
+                    "key" => set(&mut args.key, key(input.parse()?)?, duplicate)?,
                     "hash" => set(&mut args.hash, input.parse()?, duplicate)?,
                     "validate" => set(&mut args.validate, input.parse()?, duplicate)?,
                     "operation" => {
-                        set(&mut args.operation, non_empty(input.parse()?)?, duplicate)?;
+                        set(&mut args.operation, id_part(input.parse()?)?, duplicate)?;
                     }
                     "key_prefix" => {
-                        set(&mut args.key_prefix, non_empty(input.parse()?)?, duplicate)?;
+                        set(&mut args.key_prefix, id_part(input.parse()?)?, duplicate)?;
                     }
                     "crate" => set(&mut args.krate, crate_path(input)?, duplicate)?,
                     _ => {
@@ -99,7 +99,7 @@ impl Parse for Fields {
             return Ok(Fields::List(
                 items
                     .into_iter()
-                    .map(non_empty)
+                    .map(|lit| non_empty(lit).and_then(field))
                     .collect::<syn::Result<_>>()?,
             ));
         }
@@ -135,6 +135,41 @@ fn set<T>(slot: &mut Option<T>, value: T, duplicate: impl Fn() -> syn::Error) ->
     }
     *slot = Some(value);
     Ok(())
+}
+
+/// An `operation` or `key_prefix`: a `#` would end the stored id's prefix early, so two
+/// operations could share ids (the runtime refuses it too; here it is a compile error).
+fn id_part(lit: LitStr) -> syn::Result<LitStr> {
+    let lit = non_empty(lit)?;
+    if lit.value().contains('#') {
+        return Err(syn::Error::new(
+            lit.span(),
+            "must not contain `#`, which ends the prefix of a stored id (`{prefix}#{key}`)",
+        ));
+    }
+    Ok(lit)
+}
+
+/// `key = "..."`: a field name, or a JSON pointer when it starts with `/`.
+fn key(lit: LitStr) -> syn::Result<LitStr> {
+    field(non_empty(lit)?)
+}
+
+/// A field name or a JSON pointer: a pointer's `~` must start `~0` or `~1` (RFC 6901).
+fn field(lit: LitStr) -> syn::Result<LitStr> {
+    let value = lit.value();
+    if value.starts_with('/') {
+        let mut chars = value.chars();
+        while let Some(c) = chars.next() {
+            if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "invalid JSON pointer: `~` must be followed by `0` (for `~`) or `1` (for `/`)",
+                ));
+            }
+        }
+    }
+    Ok(lit)
 }
 
 fn non_empty(lit: LitStr) -> syn::Result<LitStr> {

@@ -5,6 +5,7 @@
 use crate::attr::{Args, Fields};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{
     Attribute, Block, Expr, ExprPath, FnArg, GenericArgument, GenericParam, Ident, Item, ItemFn,
@@ -30,6 +31,12 @@ mod msg {
     pub(super) const OUTCOME_IN_TRAIT: &str = "`with_outcome` adds a second method, which a trait impl cannot have: remove it, or call an inherent `#[idempotent(with_outcome)]` method from the trait method";
     pub(super) const OUTCOME_ARG_PATTERN: &str = "`with_outcome` passes each argument on to the generated `..._with_outcome` function by name: give this argument a plain name (`name: Type`), not a pattern";
     pub(super) const OUTCOME_RESULT_ARGS: &str = "`with_outcome` needs the return type written with its value type, `Result<T, E>` or an alias `Result<T>`: the generated `..._with_outcome` function returns `Result<(T, Outcome), E>`";
+
+    pub(super) fn method_needs_operation(name: &syn::Ident) -> String {
+        format!(
+            "a method needs `operation = \"...\"` (or `key_prefix`): a default would include its type's name, which only `std::any::type_name` gives, and its text may change with any compiler release, and with it every stored id; write e.g. `operation = \"MyType::{name}\"`"
+        )
+    }
 
     pub(super) fn names_no_argument(what: &str, name: &syn::Ident) -> String {
         format!("`{what} = {name}` names no argument of this function")
@@ -121,6 +128,13 @@ fn check(args: Args, item: Item) -> syn::Result<Plan> {
     let handle = args
         .handle
         .ok_or_else(|| syn::Error::new(Span::call_site(), msg::MISSING_HANDLE))?;
+    let in_impl = sig.receiver().is_some() || names_self(sig.to_token_stream());
+    if args.operation.is_none() && args.key_prefix.is_none() && in_impl {
+        return Err(syn::Error::new(
+            sig.ident.span(),
+            msg::method_needs_operation(&sig.ident),
+        ));
+    }
     if args.key.is_none() && args.hash.is_none() {
         return Err(syn::Error::new(Span::call_site(), msg::MISSING_KEY));
     }
@@ -465,25 +479,26 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
         payload,
         ..
     } = plan;
-    // The default is the function's full path (module, type for methods, name), read at
-    // run time from the path of an item declared in the body: a proc macro sees neither
-    // the module nor the enclosing `impl`.
-    let (marker, name) = match &plan.operation {
-        Some(name) => (quote! {}, quote! { #name }),
-        None => {
-            let suffix = if plan.companion.is_some() {
-                COMPANION_SUFFIX
-            } else {
-                ""
-            };
+    // The default is `module_path!()` and the function's name, both text the language
+    // keeps. Methods were refused in `check`; the `use` proves that the function is an item
+    // of its module (not an associated function of an impl, nor a function nested in
+    // another's body, which `module_path!()` would not tell apart), at the function's name.
+    let (check, name) = match (&plan.operation, &plan.key_prefix) {
+        (Some(name), _) => (quote! {}, quote! { #name }),
+        // The prefix replaces the operation in stored ids: the name is only for logs.
+        (None, Some(_)) => {
+            let text = plan.sig.ident.unraw().to_string();
+            (quote! {}, quote! { #text })
+        }
+        (None, None) => {
+            let ident = &plan.sig.ident;
+            let text = ident.unraw().to_string();
             (
-                quote! { fn __idempotent_marker() {} },
-                quote! {
-                    &#krate::__macro_support::operation_name(
-                        ::core::any::type_name_of_val(&__idempotent_marker),
-                        #suffix,
-                    )
+                quote_spanned! {ident.span()=>
+                    #[allow(unused_imports)]
+                    use self::#ident as _;
                 },
+                quote! { ::core::concat!(::core::module_path!(), "::", #text) },
             )
         }
     };
@@ -510,6 +525,7 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
     } else {
         quote! { run }
     };
+    let stmts = &body.stmts;
     let run_krate = respan(krate, output.span());
     let run = quote_spanned! {output.span()=>
         #run_krate::__macro_support::#runner(
@@ -523,9 +539,12 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
     };
 
     quote! {
-        #marker
-        static __IDEMPOTENT_OPERATION: ::std::sync::OnceLock<#krate::Operation> =
-            ::std::sync::OnceLock::new();
+        #check
+        // Built and checked once, at the first call: a field list that is no valid JSON
+        // pointer fails every call with the same error, naming it.
+        static __IDEMPOTENT_OPERATION: ::std::sync::OnceLock<
+            ::core::result::Result<#krate::Operation, #krate::Error>,
+        > = ::std::sync::OnceLock::new();
         let __idempotent_operation = __IDEMPOTENT_OPERATION.get_or_init(|| {
             #krate::__macro_support::operation(#name, #key, #hash, #validate, #key_prefix)
         });
@@ -539,7 +558,9 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
                 let __idempotent_fake_return: #output = loop {};
                 return __idempotent_fake_return;
             }
-            #body
+            // The statements, not the block: a block here would draw `unused_braces` on
+            // a one-line body such as `{ Ok(1) }`.
+            #(#stmts)*
         };
         #run
     }

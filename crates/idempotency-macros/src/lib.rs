@@ -28,7 +28,7 @@ use proc_macro::TokenStream;
 /// | `hash = ["field", ...]` or `hash = Type::FIELDS` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
 /// | `payload = arg` | the argument the key is read from; optional when there is one argument |
 /// | `validate = ["field", ...]` or `validate = Type::FIELDS` | a later call with the same key and different fields fails with `PayloadMismatch` |
-/// | `operation = "name"` | keeps this function's keys apart from others'; default: the function's full path (see below) |
+/// | `operation = "name"` | keeps this function's keys apart from others'; default for a module's function: its module path and name (see below); **required** on methods |
 /// | `key_prefix = "prefix"` | the stored id's prefix instead of `{function_name}.{operation}`: stable across renames |
 /// | `context = arg` | a `lambda_runtime::Context` argument whose deadline ends the lease |
 /// | `with_outcome` | also generates `<name>_with_outcome`, returning `Result<(T, Outcome), E>`: how the call was answered |
@@ -40,15 +40,28 @@ use proc_macro::TokenStream;
 /// Without `context`, the lease ends with the invocation set by `SqsBatch` or
 /// `with_context`, or after the configured lease.
 ///
-/// The default `operation` is the function's full path: crate, module, the type for
-/// methods, and the name, as `std::any::type_name` prints it: `my_crate::orders::process`,
-/// `my_crate::Order::handle`, `my_crate::Queue<_>::handle` (a generic impl, one name for
-/// every `T`), `<my_crate::Order as my_crate::Handler>::handle` (a trait impl), or
-/// `my_crate::outer::inner` (a function declared in another). So `orders::process` and
-/// `refunds::process` never share stored ids. Moving or renaming the function (or its
-/// module or type, or renaming the crate) changes its stored ids: a duplicate of a call
-/// made before the deploy is not recognized and runs again. In production, pin
-/// `operation = "..."` (or `key_prefix = "..."`) to keep ids stable.
+/// # Stored ids: what changes them and what does not
+///
+/// A stored id is `{function_name}.{operation}#{key}` (or `{key_prefix}#{key}`). The
+/// default `operation` of a function declared in a module is `module_path!()` and the
+/// function's name, `my_crate::orders::process`: text the language keeps, so a compiler
+/// upgrade never changes it, and `orders::process` and `refunds::process` never share ids.
+/// A function and its `_with_outcome` companion are one operation.
+///
+/// - **Changes the ids** (a duplicate of a call made before the deploy runs again):
+///   renaming the function, moving it to another module, renaming the crate (or the
+///   Lambda function, the `function_name`), changing `operation` or `key_prefix`, and
+///   changing the key or hash fields.
+/// - **Keeps them**: upgrading Rust, reordering or reformatting code, changing the body,
+///   the arguments other than the key, the return type, or `validate` (a changed
+///   `validate` list makes old records mismatch instead).
+///
+/// Methods need `operation = "..."` (or `key_prefix`): a default would include the type's
+/// name, which only `std::any::type_name` gives, and its text is no promise from one
+/// compiler to the next. So do functions declared inside another function's body and
+/// associated functions without `self` (the compiler then reports `unresolved import` at
+/// the function's name: the check that it is an item of its module). Pin `operation` (or
+/// `key_prefix`) anyway where the function may move.
 ///
 /// # `handle`, `key` and `validate`
 ///
@@ -148,7 +161,7 @@ use proc_macro::TokenStream;
 /// async fn handler(event: LambdaEvent<Value>) -> Result<(), lambda_runtime::Error> {
 ///     on_event(event.payload, event.context).await
 /// }
-/// # let _ = handler;
+/// # fn main() { let _ = handler; }
 /// ```
 ///
 /// # `with_outcome`: how the call was answered
@@ -157,7 +170,7 @@ use proc_macro::TokenStream;
 /// `<name>_with_outcome`, with the same visibility, receiver and arguments, that returns the
 /// value together with the `lambda_idempotency::Outcome`: the body ran (`Executed`, or
 /// `TookOver` an abandoned claim), or a stored result was returned (`Replayed`,
-/// `ReplayedFromCache`). `Outcome::ran` tells the two apart. The body is generated once,
+/// `ReplayedFromCache`, or `Joined`: a twin running in the same process at the same time). `Outcome::ran` tells the two apart. The body is generated once,
 /// in the companion; the function calls it and drops the outcome. Both share stored ids:
 /// adding the flag changes no key.
 ///
@@ -171,7 +184,7 @@ use proc_macro::TokenStream;
 /// struct Payments { idempotency: Idempotency }
 ///
 /// impl Payments {
-///     #[idempotent(handle = self.idempotency, key = "order_id", with_outcome)]
+///     #[idempotent(handle = self.idempotency, key = "order_id", operation = "charge", with_outcome)]
 ///     async fn charge(&self, order: Order) -> Result<u64, lambda_runtime::Error> {
 ///         Ok(order.amount)
 ///     }
@@ -282,7 +295,7 @@ use proc_macro::TokenStream;
 ///
 /// #[async_trait]
 /// impl Handler for Worker {
-///     #[idempotent(handle = self.idempotency, key = "id")]
+///     #[idempotent(handle = self.idempotency, key = "id", operation = "Worker::handle")]
 ///     async fn handle(&self, request: Value) -> Result<u32, lambda_idempotency::Error> {
 ///         Ok(1)
 ///     }

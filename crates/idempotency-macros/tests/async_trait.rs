@@ -21,7 +21,7 @@ struct Worker {
 
 #[async_trait]
 impl Handler for Worker {
-    #[idempotent(handle = self.idempotency, key = "id", validate = ["text"])]
+    #[idempotent(handle = self.idempotency, key = "id", validate = ["text"], operation = "Worker::handle")]
     async fn handle(&self, request: Value) -> Result<u32, Error> {
         let _ = request;
         Ok(self.calls.fetch_add(1, Ordering::SeqCst) + 1)
@@ -66,11 +66,7 @@ async fn an_async_trait_method_runs_once_per_key() {
         "{mismatch}"
     );
     // Named as a native `async fn` in a trait impl would be.
-    assert!(
-        store
-            .record("fn.<async_trait::Worker as async_trait::Handler>::handle#k1")
-            .is_some()
-    );
+    assert!(store.record("fn.Worker::handle#k1").is_some());
 }
 
 #[tokio::test]

@@ -35,7 +35,7 @@ impl Worker {
         }
     }
 
-    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", validate = ["prompt"])]
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", validate = ["prompt"], operation = "generate")]
     async fn generate(&self, request: Request) -> Result<Answer, lambda_runtime::Error> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if self.fail {
@@ -144,14 +144,12 @@ async fn the_lease_ends_with_the_context_deadline() {
             Idempotency::builder(store).function_name("fn").build(),
         )
     });
-    #[idempotent(handle = IDEM.1, key = "request_id", context = ctx)]
+    // Nested in a test function, so not a module's item: it names its operation.
+    #[idempotent(handle = IDEM.1, key = "request_id", context = ctx, operation = "with_ctx")]
     async fn with_ctx(request: Request, ctx: &lambda_runtime::Context) -> Result<u64, Error> {
         let record = IDEM
             .0
-            .record(&format!(
-                "fn.behaviour::the_lease_ends_with_the_context_deadline::with_ctx#{}",
-                request.request_id
-            ))
+            .record(&format!("fn.with_ctx#{}", request.request_id))
             .unwrap();
         let lease = lambda_idempotency::store::epoch_millis(record.in_progress_expiration.unwrap());
         Ok(lease - ctx.deadline)

@@ -99,7 +99,7 @@ async fn errors_of_the_body_and_of_the_engine_are_returned_as_they_are() {
     }
     struct Failing;
     impl Failing {
-        #[idempotent(handle = handle, payload = request, key = "id", with_outcome)]
+        #[idempotent(handle = handle, payload = request, key = "id", with_outcome, operation = "Failing::run")]
         async fn run(&self, handle: &Idempotency, request: Value) -> Result<u32, BodyError> {
             let _ = request;
             Err(BodyError("the body failed".into()))
@@ -119,7 +119,7 @@ struct Worker {
 }
 
 impl Worker {
-    #[idempotent(handle = self.idempotency, payload = request, key = "id", with_outcome)]
+    #[idempotent(handle = self.idempotency, payload = request, key = "id", with_outcome, operation = "Worker::handle")]
     async fn handle(&self, mut request: Value) -> Result<u32, Error> {
         request["seen"] = json!(true);
         Ok(self.calls.fetch_add(1, Ordering::SeqCst) + 1)
@@ -148,7 +148,7 @@ async fn a_method_and_its_companion() {
             .unwrap(),
         (1, Outcome::Replayed)
     );
-    assert!(store.record("fn.with_outcome::Worker::handle#k1").is_some());
+    assert!(store.record("fn.Worker::handle#k1").is_some());
 }
 
 #[tokio::test]

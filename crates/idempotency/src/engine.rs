@@ -257,7 +257,11 @@ pub(crate) enum Claimed<T> {
     Cached(T),
 }
 
-fn check_validation(id: &str, stored: Option<&str>, ours: Option<&str>) -> Result<(), Error> {
+pub(crate) fn check_validation(
+    id: &str,
+    stored: Option<&str>,
+    ours: Option<&str>,
+) -> Result<(), Error> {
     match (stored, ours) {
         (Some(stored), Some(ours)) if stored != ours => {
             warn!("payload mismatch: the key was used with a different payload");
@@ -267,12 +271,14 @@ fn check_validation(id: &str, stored: Option<&str>, ours: Option<&str>) -> Resul
     }
 }
 
-fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
+pub(crate) fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
     match data {
-        Some(data) => serde_json::from_str(data).map_err(|source| Error::Serialization {
-            key: id.to_owned(),
-            source,
-        }),
+        Some(data) => {
+            serde_json::from_str(data).map_err(|source| Error::StoredResultIncompatible {
+                key: id.to_owned(),
+                source,
+            })
+        }
         // Completed without data: the result was too large to store.
         None => Err(Error::ResultNotStored { key: id.to_owned() }),
     }

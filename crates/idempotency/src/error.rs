@@ -42,10 +42,15 @@ pub enum Error {
         /// The underlying error: the serializer's, or a custom key function's.
         source: Option<BoxError>,
     },
-    /// A function name, operation name or key prefix holds a character that separates the
-    /// parts of a stored id, so two different operations could share ids.
+    /// A setting that could not work: a function name, operation name or key prefix that
+    /// is empty or holds a character that separates the parts of a stored id (so two
+    /// different operations could share ids), or a key or field pointer that is no JSON
+    /// pointer (so it would find nothing in any payload). Raised when the handle or the
+    /// operation is built, never per message (but for `#[idempotent]`'s `hash = CONST`
+    /// and `validate = CONST`, checked at the first call).
     InvalidName {
-        /// Which name: `"function name"`, `"operation name"` or `"key prefix"`.
+        /// Which setting: `"function name"`, `"operation name"`, `"key prefix"`,
+        /// `"key pointer"`, `"key field"` or `"validation field"`.
         what: &'static str,
         /// The name.
         name: String,
@@ -84,13 +89,37 @@ pub enum Error {
         /// The stored idempotency id.
         key: String,
     },
-    /// The result could not be serialized, or a stored result could not be deserialized
-    /// into the function's return type.
+    /// The function's result could not be serialized to JSON (a map with non-string keys,
+    /// say). The function ran; its claim was released.
     Serialization {
         /// The stored idempotency id.
         key: String,
         /// The serde error.
         source: serde_json::Error,
+    },
+    /// A completed record's stored result does not deserialize into the function's return
+    /// type: the type changed since the result was stored (a field added without
+    /// `#[serde(default)]`, a field renamed, another type). Retrying never helps; the
+    /// function is not run again, since it already ran once for this key. Evolve result
+    /// types so old records still deserialize (`#[serde(default)]` on new fields,
+    /// `Option`), or, to run every key again, change the operation's name or `key_prefix`
+    /// (a new version): see the README's "Changing a result type".
+    StoredResultIncompatible {
+        /// The stored idempotency id.
+        key: String,
+        /// The serde error (what did not match, never the stored data).
+        source: serde_json::Error,
+    },
+    /// A twin of this call (the same stored id, in the same batch invocation) ran at the
+    /// same time and failed, so this call failed with it instead of running the function a
+    /// second time.
+    TwinFailed {
+        /// The stored idempotency id.
+        key: String,
+        /// The twin's failure.
+        reason: String,
+        /// Whether a later delivery may succeed (the twin's failure's own class).
+        retryable: bool,
     },
     /// The record kept changing between the conditional write and the read that followed.
     InconsistentState {
@@ -120,8 +149,32 @@ impl Error {
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. } => true,
-            Error::Store { retryable, .. } => *retryable,
+            Error::Store { retryable, .. } | Error::TwinFailed { retryable, .. } => *retryable,
             _ => false,
+        }
+    }
+
+    /// Whether this message can never succeed, whatever is retried or fixed in the store:
+    /// the failure comes from the message itself (no key, a payload that differs from the
+    /// stored one, a stored result its type no longer reads, a result too large to store).
+    /// A store error that is not retryable (a missing table, denied access) is not
+    /// permanent: fixing the deployment heals it.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::KeyMissing { .. }
+            | Error::InvalidKey { .. }
+            | Error::InvalidName { .. }
+            | Error::KeyTooLong { .. }
+            | Error::PayloadMismatch { .. }
+            | Error::ResultTooLarge { .. }
+            | Error::ResultNotStored { .. }
+            | Error::Serialization { .. }
+            | Error::StoredResultIncompatible { .. } => true,
+            Error::TwinFailed { retryable, .. } => !*retryable,
+            Error::AlreadyInProgress { .. }
+            | Error::LeaseLost { .. }
+            | Error::InconsistentState { .. }
+            | Error::Store { .. } => false,
         }
     }
 
@@ -172,17 +225,12 @@ impl fmt::Display for Error {
                 f,
                 "the payload has no idempotency key at {field}; refusing to process it without one"
             ),
-            Error::InvalidKey { reason, source } => {
-                write!(f, "cannot derive an idempotency key: {reason}")?;
-                if let Some(source) = source {
-                    write!(f, ": {source}")?;
-                }
-                Ok(())
+            Error::InvalidKey { reason, .. } => {
+                write!(f, "cannot derive an idempotency key: {reason}")
             }
-            Error::InvalidName { what, name, reason } => write!(
-                f,
-                "invalid idempotency {what} {name:?}: {reason}; choose another name"
-            ),
+            Error::InvalidName { what, name, reason } => {
+                write!(f, "invalid idempotency {what} {name:?}: {reason}")
+            }
             Error::KeyTooLong {
                 key_prefix,
                 len,
@@ -203,9 +251,17 @@ impl fmt::Display for Error {
                 f,
                 "idempotency key {key:?} completed earlier but its result was too large to store; the function is not run again"
             ),
-            Error::Serialization { key, source } => write!(
+            Error::Serialization { key, .. } => write!(
                 f,
-                "cannot (de)serialize the result for idempotency key {key:?}: {source}"
+                "the result for idempotency key {key:?} does not serialize to JSON"
+            ),
+            Error::StoredResultIncompatible { key, .. } => write!(
+                f,
+                "the stored result for idempotency key {key:?} does not deserialize into the function's return type, which changed since it was stored; the function is not run again. Keep old records readable (`#[serde(default)]` on new fields) or version the operation's name"
+            ),
+            Error::TwinFailed { key, reason, .. } => write!(
+                f,
+                "a twin of this record with idempotency key {key:?} ran in the same batch and failed: {reason}"
             ),
             Error::InconsistentState { key, attempts } => write!(
                 f,
@@ -221,14 +277,9 @@ impl fmt::Display for Error {
                 } else {
                     "not retryable"
                 };
-                write!(f, "{backend} idempotency store error ({kind}): {source}")?;
-                // The backend's own chain (an SDK error says little at its top level).
-                let mut cause = source.source();
-                while let Some(c) = cause {
-                    write!(f, ": {c}")?;
-                    cause = c.source();
-                }
-                Ok(())
+                // The backend's error is the source: [`report`] prints the whole chain.
+                let _ = source;
+                write!(f, "{backend} idempotency store error ({kind})")
             }
         }
     }
@@ -237,7 +288,8 @@ impl fmt::Display for Error {
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            Error::Serialization { source, .. } => Some(source),
+            Error::Serialization { source, .. }
+            | Error::StoredResultIncompatible { source, .. } => Some(source),
             Error::InvalidKey {
                 source: Some(source),
                 ..
@@ -286,6 +338,156 @@ impl<E: StdError + 'static> StdError for ExecuteError<E> {
         match self {
             ExecuteError::Idempotency(e) => Some(e),
             ExecuteError::Function(e) => Some(e),
+        }
+    }
+}
+
+/// An error and all its causes on one line, `error: cause: cause`, each printed once.
+///
+/// Every error of this crate prints only its own layer (`Display`) and gives the rest
+/// through `source()`, as the Rust API guidelines ask, so anyhow, eyre and tracing's error
+/// fields print each cause once. This is for a log line that has only `Display`: the
+/// batch's log and each record's reason use it. A cause whose text the layer above
+/// already ends with (some drivers repeat their I/O error) is left out.
+///
+/// ```
+/// use lambda_idempotency::report;
+/// let io = std::io::Error::other("connection reset");
+/// let err = std::io::Error::new(std::io::ErrorKind::Other, io);
+/// assert_eq!(report(&err), "connection reset");
+/// ```
+pub fn report(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut last = text.clone();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let layer = c.to_string();
+        if !layer.is_empty() && !last.ends_with(&layer) {
+            text.push_str(": ");
+            text.push_str(&layer);
+        }
+        last = layer;
+        cause = c.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl StdError for Layer {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn display_is_one_layer_and_report_the_whole_chain_once() {
+        let driver = Layer(
+            "Connection refused (os error 111)",
+            Some(Box::new(Layer("Connection refused (os error 111)", None))),
+        );
+        let err = Error::store("redis", true, driver);
+        assert_eq!(
+            err.to_string(),
+            "redis idempotency store error (retryable)",
+            "Display is this layer only"
+        );
+        assert_eq!(
+            report(&err),
+            "redis idempotency store error (retryable): Connection refused (os error 111)"
+        );
+        let chain = Layer(
+            "a",
+            Some(Box::new(Layer("b", Some(Box::new(Layer("c", None)))))),
+        );
+        assert_eq!(report(&chain), "a: b: c");
+        let bad: serde_json::Error = serde_json::from_str::<u8>("x").unwrap_err();
+        let err = Error::InvalidKey {
+            reason: "the custom key function failed".into(),
+            source: Some(Box::new(bad)),
+        };
+        assert!(!err.to_string().contains("expected value"), "{err}");
+        assert!(
+            report(&err).ends_with("expected value at line 1 column 1"),
+            "{}",
+            report(&err)
+        );
+    }
+
+    #[test]
+    fn permanent_and_retryable_kinds() {
+        let key = || "k".to_string();
+        let json = || serde_json::from_str::<u8>("x").unwrap_err();
+        for (err, permanent, retryable) in [
+            (
+                Error::KeyMissing {
+                    field: "/id".into(),
+                },
+                true,
+                false,
+            ),
+            (Error::PayloadMismatch { key: key() }, true, false),
+            (
+                Error::StoredResultIncompatible {
+                    key: key(),
+                    source: json(),
+                },
+                true,
+                false,
+            ),
+            (
+                Error::Serialization {
+                    key: key(),
+                    source: json(),
+                },
+                true,
+                false,
+            ),
+            (Error::ResultNotStored { key: key() }, true, false),
+            (
+                Error::TwinFailed {
+                    key: key(),
+                    reason: "x".into(),
+                    retryable: false,
+                },
+                true,
+                false,
+            ),
+            (
+                Error::TwinFailed {
+                    key: key(),
+                    reason: "x".into(),
+                    retryable: true,
+                },
+                false,
+                true,
+            ),
+            (Error::store("memory", false, "denied"), false, false),
+            (Error::store("memory", true, "throttled"), false, true),
+            (Error::LeaseLost { key: key() }, false, true),
+            (
+                Error::AlreadyInProgress {
+                    key: key(),
+                    lease_expires: SystemTime::UNIX_EPOCH,
+                },
+                false,
+                true,
+            ),
+        ] {
+            assert_eq!(
+                (err.is_permanent(), err.is_retryable()),
+                (permanent, retryable),
+                "{err:?}"
+            );
         }
     }
 }

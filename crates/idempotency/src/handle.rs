@@ -3,13 +3,15 @@
 use crate::cache::CompletedCache;
 use crate::clock::Clock;
 use crate::config::{self, Config};
-use crate::engine::Claimed;
+use crate::engine::{Claimed, check_validation, decode};
+use crate::error::report;
 use crate::error::{Error, ExecuteError};
 use crate::invocation;
 use crate::key::validation_hash;
-use crate::operation::{Operation, Outcome};
+use crate::operation::{Operation, Outcome, check_function_name};
 use crate::retry::MIN_ATTEMPT_TIMEOUT;
 use crate::store::IdempotencyStore;
+use crate::twins::{self, Entered, Running, Settled, Twin};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -17,7 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 /// The handle users keep: a store, settings and the optional local cache. Cheap to clone
 /// and safe to share between concurrent invocations.
@@ -130,7 +132,19 @@ impl IdempotencyBuilder {
     }
 
     /// The handle.
+    ///
+    /// # Panics
+    ///
+    /// If the function name is empty or holds `.` or `#` (see [`try_build`](Self::try_build)
+    /// for a name read at run time). Build the handle at start-up: a bad setting then fails
+    /// the init phase, which Lambda reports at once and which loses no message.
     pub fn build(self) -> Idempotency {
+        self.try_build().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`build`](Self::build), returning [`Error::InvalidName`] instead of panicking.
+    pub fn try_build(self) -> Result<Idempotency, Error> {
+        check_function_name(&self.config.function_name)?;
         if self.config.disabled {
             warn!(
                 env = config::DISABLED_ENV,
@@ -139,18 +153,22 @@ impl IdempotencyBuilder {
         }
         let cache = (self.config.local_cache_capacity > 0)
             .then(|| CompletedCache::new(self.config.local_cache_capacity));
-        Idempotency {
+        Ok(Idempotency {
             inner: Arc::new(Inner {
                 store: self.store,
                 config: self.config,
                 cache,
             }),
-        }
+        })
     }
 }
 
 impl Idempotency {
     /// A handle with default settings.
+    ///
+    /// # Panics
+    ///
+    /// If `AWS_LAMBDA_FUNCTION_NAME` holds `.` or `#` (Lambda's function names never do).
     pub fn new(store: impl IdempotencyStore + 'static) -> Self {
         Self::builder(store).build()
     }
@@ -287,21 +305,119 @@ impl Idempotency {
                 .validation
                 .as_deref()
                 .map(|fields| validation_hash(payload, fields));
-            match self
+            // Within a batch invocation, a twin of a running call waits for it.
+            let in_flight = twins::current();
+            let handle = Arc::as_ptr(&self.inner) as usize;
+            let running = loop {
+                let Some(in_flight) = &in_flight else {
+                    break None;
+                };
+                match in_flight.enter(handle, &id, validation.as_deref()) {
+                    Entered::First(running) => break Some(running),
+                    Entered::Twin(twin) => {
+                        if let Some(answer) = self
+                            .join_twin(&id, validation.as_deref(), twin, deadline)
+                            .await
+                        {
+                            return answer;
+                        }
+                    }
+                }
+            };
+            let result = match self
                 .claim(&id, validation, deadline)
                 .await
-                .map_err(ExecuteError::Idempotency)?
+                .map_err(ExecuteError::Idempotency)
             {
-                Claimed::Stored(value) => Ok((value, Outcome::Replayed)),
-                Claimed::Cached(value) => Ok((value, Outcome::ReplayedFromCache)),
-                Claimed::Run { claim, took_over } => {
+                Err(e) => Err(e),
+                Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),
+                Ok(Claimed::Cached(value)) => Ok((value, Outcome::ReplayedFromCache)),
+                Ok(Claimed::Run { claim, took_over }) => {
                     let result = f().await;
                     self.finish(&claim, result, took_over).await
                 }
+            };
+            if let Some(running) = running.filter(Running::awaited) {
+                running.settle(settled(&result));
             }
+            result
         }
         .instrument(span)
         .await
+    }
+
+    /// Waits for a twin running in this process and answers with its result, or `None`
+    /// when it was dropped unsettled (the caller then claims in the store).
+    async fn join_twin<T, E>(
+        &self,
+        id: &str,
+        validation: Option<&str>,
+        twin: Twin,
+        deadline: Option<SystemTime>,
+    ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
+    where
+        T: DeserializeOwned,
+    {
+        if let Err(e) = check_validation(id, twin.validation.as_deref(), validation) {
+            return Some(Err(ExecuteError::Idempotency(e)));
+        }
+        info!("a twin of this call is running in this process: waiting for its result");
+        let settled = match deadline {
+            Some(deadline) => {
+                let left = deadline.duration_since(self.now()).unwrap_or_default();
+                match tokio::time::timeout(left, twin.settled()).await {
+                    Ok(settled) => settled,
+                    Err(_) => Some(Settled::InProgress(deadline)),
+                }
+            }
+            None => twin.settled().await,
+        };
+        let key = || id.to_owned();
+        Some(match settled? {
+            Settled::Value(data) => decode(id, Some(&data))
+                .map(|value| (value, Outcome::Joined))
+                .map_err(ExecuteError::Idempotency),
+            Settled::InProgress(lease_expires) => {
+                Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
+                    key: key(),
+                    lease_expires,
+                }))
+            }
+            Settled::Failed { reason, retryable } => {
+                Err(ExecuteError::Idempotency(Error::TwinFailed {
+                    key: key(),
+                    reason: reason.to_string(),
+                    retryable,
+                }))
+            }
+        })
+    }
+}
+
+/// What a call's twins answer with.
+fn settled<T: Serialize, E: fmt::Display>(
+    result: &Result<(T, Outcome), ExecuteError<E>>,
+) -> Settled {
+    match result {
+        Ok((value, _)) => match serde_json::to_string(value) {
+            Ok(data) => Settled::Value(data.into()),
+            Err(e) => Settled::Failed {
+                reason: format!("its result does not serialize: {e}").into(),
+                retryable: false,
+            },
+        },
+        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { lease_expires, .. })) => {
+            Settled::InProgress(*lease_expires)
+        }
+        Err(ExecuteError::Idempotency(e)) => Settled::Failed {
+            reason: report(e).into(),
+            retryable: e.is_retryable(),
+        },
+        // The function's own failure: a later delivery may succeed.
+        Err(ExecuteError::Function(e)) => Settled::Failed {
+            reason: e.to_string().into(),
+            retryable: true,
+        },
     }
 }
 

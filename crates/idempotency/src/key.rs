@@ -52,27 +52,64 @@ impl KeyStrategy {
     /// The value at a JSON pointer (RFC 6901), e.g. `/order/id`. Strings are used as they
     /// are; numbers, objects and arrays in their canonical JSON form. Absent, `null`, `""`,
     /// `[]` and `{}` are [`Error::KeyMissing`].
+    ///
+    /// # Panics
+    ///
+    /// If `pointer` is not a JSON pointer: it must start with `/` (`"request_id"` is
+    /// [`field`](Self::field)'s argument, `"/request_id"` the pointer), and each `~` must be
+    /// `~0` or `~1`. Build strategies at start-up, so that a typo fails the init phase
+    /// instead of every message.
     pub fn pointer(pointer: impl Into<String>) -> Self {
-        KeyStrategy(Source::Pointer(pointer.into()))
+        Self::pointer_unchecked(pointer.into()).or_panic()
+    }
+
+    pub(crate) fn pointer_unchecked(pointer: String) -> Self {
+        KeyStrategy(Source::Pointer(pointer))
     }
 
     /// A top-level field, e.g. `request_id`.
     pub fn field(name: &str) -> Self {
-        Self::pointer(field_pointer(name))
+        Self::pointer_unchecked(field_pointer(name))
     }
 
     /// SHA-256 (hex) of the canonical JSON (RFC 8785) of the named fields: top-level names
     /// or JSON pointers. Every field must be present unless
     /// [`allow_missing_fields`](Self::allow_missing_fields) is set.
+    ///
+    /// # Panics
+    ///
+    /// If a field that starts with `/` is not a valid JSON pointer (a `~` not followed by
+    /// `0` or `1`).
     pub fn hash<I, S>(fields: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        Self::hash_unchecked(fields.into_iter().map(Into::into).collect()).or_panic()
+    }
+
+    pub(crate) fn hash_unchecked(fields: Vec<String>) -> Self {
         KeyStrategy(Source::Hash {
-            fields: fields.into_iter().map(Into::into).collect(),
+            fields,
             allow_missing: false,
         })
+    }
+
+    /// Every pointer of the strategy is one, or the first that is not, as an error.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match &self.0 {
+            Source::Pointer(pointer) => check_pointer("key pointer", pointer),
+            Source::Hash { fields, .. } => check_fields("key field", fields),
+            Source::Custom(_) => Ok(()),
+            Source::FirstOf(list) => list.iter().try_for_each(KeyStrategy::check),
+        }
+    }
+
+    fn or_panic(self) -> Self {
+        if let Err(e) = self.check() {
+            panic!("{e}");
+        }
+        self
     }
 
     /// SHA-256 (hex) of the canonical JSON of the whole payload. Only right when the payload
@@ -239,6 +276,42 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
+/// A JSON pointer (RFC 6901) as `serde_json::Value::pointer` reads it: empty (the whole
+/// document, which a key never is), or `/` then reference tokens in which `~` is always
+/// `~0` or `~1`. Anything else finds nothing, which would read as a missing key.
+pub(crate) fn check_pointer(what: &'static str, pointer: &str) -> Result<(), Error> {
+    let invalid = |reason: String| {
+        Err(Error::InvalidName {
+            what,
+            name: pointer.to_owned(),
+            reason,
+        })
+    };
+    if !pointer.starts_with('/') {
+        return invalid(format!(
+            "a JSON pointer starts with `/`: write \"/{pointer}\", or KeyStrategy::field({pointer:?}) for a top-level field"
+        ));
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return invalid(
+                "in a JSON pointer `~` must be followed by `0` (for `~`) or `1` (for `/`)".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Field lists (for hashes and validation): top-level names, or pointers if they start
+/// with `/`.
+pub(crate) fn check_fields(what: &'static str, fields: &[String]) -> Result<(), Error> {
+    fields
+        .iter()
+        .filter(|f| f.starts_with('/'))
+        .try_for_each(|f| check_pointer(what, f))
+}
+
 fn field_pointer(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
 }
@@ -310,7 +383,11 @@ mod tests {
         let failing = KeyStrategy::custom(|_| Err("no key here".into()));
         match failing.derive(&json!({})) {
             Err(e @ Error::InvalidKey { .. }) => {
-                assert!(e.to_string().contains("no key here"), "{e}");
+                assert!(
+                    !e.to_string().contains("no key here"),
+                    "Display is one layer: {e}"
+                );
+                assert!(crate::report(&e).ends_with(": no key here"), "{e}");
                 assert!(
                     std::error::Error::source(&e).is_some(),
                     "the closure's error is the source"
@@ -404,6 +481,39 @@ mod tests {
             // printf '%s' '{"model":"m"}' | sha256sum
             "548f58d1c36c715b44f0863472074a97c448d5b8d18164b92adf55592b127f86"
         );
+    }
+
+    #[test]
+    fn pointers_are_checked_when_the_strategy_is_built() {
+        let err = KeyStrategy::pointer_unchecked("request_id".into())
+            .check()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid idempotency key pointer "request_id": a JSON pointer starts with `/`: write "/request_id", or KeyStrategy::field("request_id") for a top-level field"#
+        );
+        let nested = KeyStrategy::field("id").or(KeyStrategy::hash_unchecked(vec!["/a~2".into()]));
+        assert!(
+            matches!(nested.check(), Err(Error::InvalidName { what: "key field", name, .. }) if name == "/a~2")
+        );
+        for good in [
+            KeyStrategy::pointer("/a~0b~1c/0"),
+            KeyStrategy::field("a/b~c"),
+            KeyStrategy::hash(["name", "/x/y"]),
+            KeyStrategy::hash_payload(),
+            KeyStrategy::custom(|_| Ok(None)),
+        ] {
+            good.check().unwrap();
+        }
+        let panic = std::panic::catch_unwind(|| KeyStrategy::pointer("request_id")).unwrap_err();
+        assert!(
+            panic
+                .downcast_ref::<String>()
+                .unwrap()
+                .contains("starts with `/`"),
+            "KeyStrategy::pointer panics with the reason"
+        );
+        assert!(std::panic::catch_unwind(|| KeyStrategy::hash(["/a~"])).is_err());
     }
 
     #[test]

@@ -60,12 +60,13 @@ mod operation;
 mod record;
 mod retry;
 pub mod store;
+mod twins;
 
 pub use batch::{
     BatchError, BatchReport, FailureKind, InvalidBody, RecordFailure, RecordReport, SqsBatch,
 };
 pub use config::expiry_for_queue;
-pub use error::{BoxError, Error, ExecuteError};
+pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
 pub use invocation::{current_deadline, with_context, with_deadline};
 pub use key::KeyStrategy;

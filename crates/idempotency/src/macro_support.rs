@@ -14,36 +14,55 @@ use std::time::SystemTime;
 pub use crate::invocation::context_deadline;
 pub use lambda_runtime::Context;
 
-/// The operation described by the macro's arguments.
+/// The operation described by the macro's arguments, checked. The macro checks its
+/// literals at compile time; this also catches what only the first call sees (the
+/// contents of `hash = CONST` and `validate = CONST`).
 pub fn operation(
     name: &str,
     key: Option<&str>,
     hash: Option<&[&str]>,
     validate: Option<&[&str]>,
     key_prefix: Option<&str>,
-) -> Operation {
+) -> Result<Operation, Error> {
+    let owned = |fields: &[&str]| fields.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
     let by_key = key.map(|k| {
         if k.starts_with('/') {
-            KeyStrategy::pointer(k)
+            KeyStrategy::pointer_unchecked(k.to_owned())
         } else {
             KeyStrategy::field(k)
         }
     });
-    let by_hash = hash.map(|fields| KeyStrategy::hash(fields.iter().copied()));
+    let by_hash = hash.map(|fields| KeyStrategy::hash_unchecked(owned(fields)));
     let strategy = match (by_key, by_hash) {
         (Some(k), Some(h)) => k.or(h),
         (Some(k), None) => k,
         (None, Some(h)) => h,
         (None, None) => KeyStrategy::hash_payload(),
     };
-    let mut op = Operation::new(name, strategy);
+    let mut op = Operation::unchecked(name.to_owned(), strategy);
     if let Some(fields) = validate {
-        op = op.validate(fields.iter().copied());
+        op = op.validate_unchecked(owned(fields));
     }
     if let Some(prefix) = key_prefix {
-        op = op.key_prefix(prefix);
+        op = op.key_prefix_unchecked(prefix.to_owned());
     }
-    op
+    op.check()?;
+    Ok(op)
+}
+
+/// The operation's error again, for every call after the first.
+fn operation_error(error: &Error) -> Error {
+    match error {
+        Error::InvalidName { what, name, reason } => Error::InvalidName {
+            what,
+            name: name.clone(),
+            reason: reason.clone(),
+        },
+        other => Error::InvalidKey {
+            reason: other.to_string(),
+            source: None,
+        },
+    }
 }
 
 /// The payload as JSON, taken before the body moves it.
@@ -54,7 +73,7 @@ pub fn payload<P: Serialize + ?Sized>(payload: &P) -> Result<Value, serde_json::
 /// Runs the body through the engine.
 pub async fn run<R, F, Fut>(
     handle: &Idempotency,
-    operation: &Operation,
+    operation: &Result<Operation, Error>,
     payload: Result<Value, serde_json::Error>,
     deadline: Option<SystemTime>,
     body: F,
@@ -71,7 +90,7 @@ where
 /// Runs the body through the engine, and says how the call was answered.
 pub async fn run_with_outcome<R, F, Fut>(
     handle: &Idempotency,
-    operation: &Operation,
+    operation: &Result<Operation, Error>,
     payload: Result<Value, serde_json::Error>,
     deadline: Option<SystemTime>,
     body: F,
@@ -81,6 +100,9 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = R>,
 {
+    let operation = operation
+        .as_ref()
+        .map_err(|e| R::Err::from(operation_error(e)))?;
     let payload = match payload {
         Ok(payload) => payload,
         Err(e) => {
@@ -96,23 +118,6 @@ where
         })
         .await
         .map_err(ExecuteError::into_inner)
-}
-
-/// The default operation name: the path of the marker function the macro declares in the
-/// body, as `std::any::type_name` prints it, less the marker, the `{{closure}}` parts an
-/// async body (or an enclosing closure) adds, and `companion_suffix` (`_with_outcome`, so
-/// that the function and its companion share stored ids). A `#` (a `char` const argument)
-/// would end the operation part of stored ids: it is escaped.
-pub fn operation_name(marker_path: &str, companion_suffix: &str) -> String {
-    let path = marker_path
-        .strip_suffix("::__idempotent_marker")
-        .unwrap_or(marker_path)
-        .replace("::{{closure}}", "");
-    let path = match path.strip_suffix(companion_suffix) {
-        Some(stripped) if !companion_suffix.is_empty() => stripped,
-        _ => &path,
-    };
-    path.replace('#', "%23")
 }
 
 /// The field names of `hash = CONST` and `validate = CONST`.
@@ -187,32 +192,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_operation_name_is_the_function_path() {
-        let name = |marker, suffix| operation_name(marker, suffix);
-        assert_eq!(
-            name("app::orders::process::__idempotent_marker", ""),
-            "app::orders::process"
-        );
-        assert_eq!(
-            name("app::Order::handle::{{closure}}::__idempotent_marker", ""),
-            "app::Order::handle"
-        );
-        assert_eq!(
-            name(
-                "app::handle_with_outcome::{{closure}}::__idempotent_marker",
-                "_with_outcome"
+    fn a_bad_field_constant_fails_every_call_with_the_same_error() {
+        let op = operation("op", None, Some(&["/a~x"]), None, None);
+        let err = op.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidName {
+                    what: "key field",
+                    ..
+                }
             ),
-            "app::handle",
-            "the companion shares the function's stored ids"
+            "{err:?}"
         );
+        assert_eq!(operation_error(err).to_string(), err.to_string());
+        let op = operation("op", Some("id"), None, Some(&["/b~"]), None);
+        assert!(matches!(
+            op,
+            Err(Error::InvalidName {
+                what: "validation field",
+                ..
+            })
+        ));
+        let op = operation("op", Some("/order/id"), None, None, Some("v1")).unwrap();
         assert_eq!(
-            name("app::process_with_outcome::__idempotent_marker", ""),
-            "app::process_with_outcome",
-            "a function named so without the flag keeps its name"
-        );
-        assert_eq!(
-            name("app::Marked<'#'>::handle::__idempotent_marker", ""),
-            "app::Marked<'%23'>::handle"
+            format!("{:?}", op.key),
+            r#"KeyStrategy::pointer("/order/id")"#
         );
     }
 

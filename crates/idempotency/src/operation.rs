@@ -31,33 +31,87 @@ pub struct Operation {
 
 impl Operation {
     /// An operation named `name` (the function's name, usually) with its key strategy.
-    /// The name must not contain `#`, which ends the stored id's prefix
-    /// ([`Error::InvalidName`] on use).
+    ///
+    /// # Panics
+    ///
+    /// If `name` is empty or contains `#`, which ends the stored id's prefix (see
+    /// [`try_new`](Self::try_new) for a name read at run time). Build operations at
+    /// start-up, so that a bad name fails the init phase instead of every message.
     pub fn new(name: impl Into<String>, key: KeyStrategy) -> Self {
+        Self::try_new(name, key).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`new`](Self::new), returning [`Error::InvalidName`] instead of panicking.
+    pub fn try_new(name: impl Into<String>, key: KeyStrategy) -> Result<Self, Error> {
+        let op = Self::unchecked(name.into(), key);
+        op.check()?;
+        Ok(op)
+    }
+
+    pub(crate) fn unchecked(name: String, key: KeyStrategy) -> Self {
         Self {
-            name: name.into(),
+            name,
             key,
             validation: None,
             key_prefix: None,
         }
     }
 
+    /// Every name and pointer of the operation, as [`Error::InvalidName`] for the first
+    /// that would not work: a name that could share ids with another operation's, or a
+    /// pointer that would find nothing in any payload.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        check_name("operation name", &self.name, &[PREFIX_END])?;
+        self.key.check()?;
+        if let Some(fields) = &self.validation {
+            crate::key::check_fields("validation field", fields)?;
+        }
+        if let Some(prefix) = &self.key_prefix {
+            check_name("key prefix", prefix, &[PREFIX_END])?;
+        }
+        Ok(())
+    }
+
     /// Stores a hash of these fields (top-level names or JSON pointers) and refuses a later
     /// call with the same key whose fields differ ([`Error::PayloadMismatch`]).
-    pub fn validate<I, S>(mut self, fields: I) -> Self
+    ///
+    /// # Panics
+    ///
+    /// If a field that starts with `/` is not a valid JSON pointer.
+    pub fn validate<I, S>(self, fields: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.validation = Some(fields.into_iter().map(Into::into).collect());
+        self.validate_unchecked(fields.into_iter().map(Into::into).collect())
+            .or_panic()
+    }
+
+    pub(crate) fn validate_unchecked(mut self, fields: Vec<String>) -> Self {
+        self.validation = Some(fields);
         self
     }
 
     /// Sets the id prefix explicitly instead of `{function_name}.{operation}`, so keys stay
-    /// the same when the function or operation is renamed. It must not contain `#`. Two
-    /// operations given one prefix share their keys: that is what it is for.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = Some(prefix.into());
+    /// the same when the function or operation is renamed. Two operations given one prefix
+    /// share their keys: that is what it is for.
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is empty or contains `#`.
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        self.key_prefix_unchecked(prefix.into()).or_panic()
+    }
+
+    pub(crate) fn key_prefix_unchecked(mut self, prefix: String) -> Self {
+        self.key_prefix = Some(prefix);
+        self
+    }
+
+    fn or_panic(self) -> Self {
+        if let Err(e) = self.check() {
+            panic!("{e}");
+        }
         self
     }
 
@@ -67,23 +121,22 @@ impl Operation {
     }
 
     /// The stored id for `payload`: `{function_name}.{name}#{key}`, or `{key_prefix}#{key}`.
+    /// The names were checked when the operation and the handle were built.
     pub(crate) fn stored_id(&self, function_name: &str, payload: &Value) -> Result<String, Error> {
         let key = self.key.derive(payload)?;
-        match &self.key_prefix {
-            Some(prefix) => {
-                check_name("key prefix", prefix, &[PREFIX_END])?;
-                Ok(format!("{prefix}{PREFIX_END}{key}"))
-            }
-            None => {
-                check_name("function name", function_name, &[FUNCTION_END, PREFIX_END])?;
-                check_name("operation name", &self.name, &[PREFIX_END])?;
-                Ok(format!(
-                    "{function_name}{FUNCTION_END}{}{PREFIX_END}{key}",
-                    self.name
-                ))
-            }
-        }
+        Ok(match &self.key_prefix {
+            Some(prefix) => format!("{prefix}{PREFIX_END}{key}"),
+            None => format!(
+                "{function_name}{FUNCTION_END}{}{PREFIX_END}{key}",
+                self.name
+            ),
+        })
     }
+}
+
+/// Refuses a function name that holds a separator of the stored id (or is empty).
+pub(crate) fn check_function_name(name: &str) -> Result<(), Error> {
+    check_name("function name", name, &[FUNCTION_END, PREFIX_END])
 }
 
 /// How a call was answered.
@@ -101,6 +154,11 @@ pub enum Outcome {
     Replayed,
     /// Like `Replayed`, from the local cache, with no store request.
     ReplayedFromCache,
+    /// A twin of this call (the same stored id) was running in the same batch invocation,
+    /// such as a producer's re-send in one SQS batch with the original: this call waited
+    /// for it and returned its result, with no store request; the function did not run
+    /// again.
+    Joined,
     /// Idempotency is disabled: the function ran unprotected.
     Disabled,
 }
@@ -115,15 +173,21 @@ impl Outcome {
     }
 }
 
-/// Refuses a name holding a separator of the stored id, which would let two different
-/// operations share ids.
+/// Refuses an empty name, or one holding a separator of the stored id, which would let two
+/// different operations share ids.
 fn check_name(what: &'static str, name: &str, forbidden: &[char]) -> Result<(), Error> {
+    let invalid = |reason: String| Error::InvalidName {
+        what,
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(invalid("it is empty; choose a name".into()));
+    }
     match name.chars().find(|c| forbidden.contains(c)) {
-        Some(c) => Err(Error::InvalidName {
-            what,
-            name: name.to_owned(),
-            reason: format!("it contains {c:?}, which separates the parts of a stored id"),
-        }),
+        Some(c) => Err(invalid(format!(
+            "it contains {c:?}, which separates the parts of a stored id; choose another name"
+        ))),
         None => Ok(()),
     }
 }
@@ -141,6 +205,7 @@ mod tests {
             (Outcome::Disabled, true),
             (Outcome::Replayed, false),
             (Outcome::ReplayedFromCache, false),
+            (Outcome::Joined, false),
         ] {
             assert_eq!(outcome.ran(), ran, "{outcome:?}");
         }
@@ -160,5 +225,43 @@ mod tests {
             pinned.stored_id("orders", &payload).unwrap(),
             "v1-charge#42"
         );
+    }
+
+    #[test]
+    fn bad_names_and_pointers_fail_when_the_operation_is_built() {
+        let key = || KeyStrategy::field("id");
+        let refused = |op: Result<Operation, Error>| match op {
+            Err(Error::InvalidName { what, name, .. }) => (what, name),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refused(Operation::try_new("a#b", key())),
+            ("operation name", "a#b".into())
+        );
+        assert_eq!(
+            refused(Operation::try_new("", key())),
+            ("operation name", "".into())
+        );
+        assert_eq!(
+            refused(Operation::try_new(
+                "op",
+                KeyStrategy::pointer_unchecked("request_id".into())
+            )),
+            ("key pointer", "request_id".into())
+        );
+        let with = |f: fn(Operation) -> Operation| {
+            std::panic::catch_unwind(move || f(Operation::new("op", KeyStrategy::field("id"))))
+        };
+        assert!(with(|op| op.key_prefix("v1#x")).is_err());
+        assert!(with(|op| op.key_prefix("")).is_err());
+        assert!(with(|op| op.validate(["/a~x"])).is_err());
+        assert!(with(|op| op.validate(["a~x", "/a~1b"]).key_prefix("v1.x")).is_ok());
+        assert!(
+            std::panic::catch_unwind(|| Operation::new("a#b", KeyStrategy::field("id"))).is_err()
+        );
+        assert!(check_function_name("fn.name").is_err());
+        assert!(check_function_name("fn#name").is_err());
+        assert!(check_function_name("").is_err());
+        check_function_name("my-function_1").unwrap();
     }
 }

@@ -1,6 +1,8 @@
 //! SQS batch processing from fixture events, as Lambda delivers them.
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_idempotency::store::faulty::FaultyStore;
+use lambda_idempotency::store::{IdempotencyStore, StoreOp};
 use lambda_idempotency::{
     BatchError, BatchReport, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore,
     Operation, Outcome, SqsBatch,
@@ -32,8 +34,12 @@ struct Handler {
 
 impl Handler {
     fn new() -> Self {
+        Self::over(MemoryStore::new())
+    }
+
+    fn over(store: impl IdempotencyStore + 'static) -> Self {
         Self {
-            idempotency: Idempotency::new(MemoryStore::new()),
+            idempotency: Idempotency::new(store),
             calls: Arc::default(),
         }
     }
@@ -48,6 +54,10 @@ impl Handler {
                 calls.fetch_add(1, Ordering::SeqCst);
                 match job.action.as_str() {
                     "fail" => Err(format!("job {} failed", job.id)),
+                    "slow-fail" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(format!("job {} failed", job.id))
+                    }
                     "panic" => panic!("job {} panicked", job.id),
                     "slow" => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -122,30 +132,203 @@ async fn malformed_body_is_reported_with_a_clear_reason() {
     );
 }
 
-#[tokio::test]
-async fn an_in_progress_duplicate_inside_a_batch_is_handed_back() {
-    let handler = Handler::new();
-    let report = handler
-        .report(
-            &SqsBatch::new(),
-            include_str!("fixtures/sqs-duplicate-in-batch.json"),
-        )
-        .await;
-    let kinds: Vec<_> = report
+/// Two copies of one request in a batch (`sqs-duplicate-in-batch.json`: two messageIds,
+/// one `id`, a slow job), through a handler over `store`.
+async fn twins(handler: &Handler, fixture: &str) -> BatchReport<Outcome> {
+    handler.report(&SqsBatch::new(), fixture).await
+}
+
+fn kinds(report: &BatchReport<Outcome>) -> Vec<Result<Outcome, FailureKind>> {
+    report
         .records
         .iter()
         .map(|r| r.result.as_ref().map_err(|f| f.kind).copied())
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn a_twin_in_the_same_batch_waits_for_its_sibling_and_answers_with_its_result() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let handler = Handler::over(store.clone());
+    let report = twins(
+        &handler,
+        include_str!("fixtures/sqs-duplicate-in-batch.json"),
+    )
+    .await;
     assert_eq!(
-        kinds,
-        vec![Ok(Outcome::Executed), Err(FailureKind::InProgress)]
+        kinds(&report),
+        vec![Ok(Outcome::Executed), Ok(Outcome::Joined)]
     );
-    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "one call");
+    assert_eq!(
+        (store.requests(StoreOp::Claim), store.total_requests()),
+        (1, 2),
+        "one claim and one completion: the twin asked the store nothing"
+    );
     let response = report.into_response().unwrap();
     assert_eq!(
         failures(&response),
-        json!({"batchItemFailures": [{"itemIdentifier": "22222222-2222-4222-8222-222222222222"}]})
+        json!({"batchItemFailures": []}),
+        "both acked"
     );
+}
+
+#[tokio::test]
+async fn a_twin_fails_with_its_sibling_and_both_come_again() {
+    let handler = Handler::new();
+    let fixture = include_str!("fixtures/sqs-duplicate-in-batch.json").replace("slow", "slow-fail");
+    let report = twins(&handler, &fixture).await;
+    assert_eq!(
+        kinds(&report),
+        vec![Err(FailureKind::Error), Err(FailureKind::Error)]
+    );
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        1,
+        "the twin did not run it again"
+    );
+    let reason = &report.records[1].result.as_ref().unwrap_err().reason;
+    assert!(
+        reason.contains("twin") && reason.contains("job same failed"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn twins_whose_key_is_in_progress_in_another_worker_are_both_handed_back() {
+    // Two workers (two handles over one store) get the same batch at once: the first
+    // worker's records run and join; the second's find the key in progress, both.
+    let store = MemoryStore::new();
+    let (first, second) = (Handler::over(store.clone()), Handler::over(store));
+    let fixture = include_str!("fixtures/sqs-duplicate-in-batch.json");
+    let (a, b) = tokio::join!(twins(&first, fixture), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        twins(&second, fixture).await
+    });
+    assert_eq!(kinds(&a), vec![Ok(Outcome::Executed), Ok(Outcome::Joined)]);
+    assert_eq!(
+        kinds(&b),
+        vec![Err(FailureKind::InProgress), Err(FailureKind::InProgress)]
+    );
+    assert_eq!(
+        first.calls.load(Ordering::SeqCst) + second.calls.load(Ordering::SeqCst),
+        1
+    );
+    assert_eq!(
+        failures(&b.into_response().unwrap()),
+        json!({"batchItemFailures": [
+            {"itemIdentifier": "11111111-1111-4111-8111-111111111111"},
+            {"itemIdentifier": "22222222-2222-4222-8222-222222222222"},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn a_twin_with_another_payload_is_a_mismatch_not_its_siblings_result() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("job", KeyStrategy::field("id")).validate(["prompt"]);
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "m1", "body": r#"{"id": "same", "prompt": "hi"}"#},
+        {"messageId": "m2", "body": r#"{"id": "same", "prompt": "bye"}"#},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .report_json(
+            LambdaEvent::new(event, Context::default()),
+            |body: Value, _| {
+                let (idempotency, op) = (&idempotency, &op);
+                async move {
+                    idempotency
+                        .run(op, &body, || async {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Ok::<_, lambda_runtime::Error>(body["prompt"].clone())
+                        })
+                        .await
+                }
+            },
+        )
+        .await;
+    assert_eq!(report.records[0].result.as_ref().unwrap(), "hi");
+    let failure = report.records[1].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Rejected, "{}", failure.reason);
+    assert!(
+        failure.reason.contains("different payload"),
+        "{}",
+        failure.reason
+    );
+}
+
+#[tokio::test]
+async fn permanent_failures_are_rejected_and_the_reason_is_the_whole_chain() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "m1", "body": r#"{"no_id": 1}"#},
+        {"messageId": "m2", "body": "not json"},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .report_json(
+            LambdaEvent::new(event, Context::default()),
+            |body: Value, _| {
+                let (idempotency, op) = (&idempotency, &op);
+                async move {
+                    // A handler error type that wraps the library's error: its kind is found.
+                    idempotency
+                        .run(op, &body, || async { Ok::<_, Wrapped>(1) })
+                        .await
+                }
+            },
+        )
+        .await;
+    let failure = report.records[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Rejected);
+    assert!(failure.kind.is_permanent());
+    assert_eq!(
+        failure.reason,
+        "the handler's wrapper: the payload has no idempotency key at /id; refusing to process it without one"
+    );
+    let inner = failure.error.as_deref().unwrap();
+    assert!(
+        std::error::Error::source(inner)
+            .unwrap()
+            .downcast_ref::<lambda_idempotency::Error>()
+            .is_some_and(|e| matches!(e, lambda_idempotency::Error::KeyMissing { .. }))
+    );
+    let malformed = report.records[1].result.as_ref().unwrap_err();
+    assert_eq!(malformed.kind, FailureKind::MalformedBody);
+    assert!(malformed.kind.is_permanent());
+    for kind in [
+        FailureKind::InProgress,
+        FailureKind::Error,
+        FailureKind::Panicked,
+        FailureKind::SkippedAfterGroupFailure,
+        FailureKind::Unfinished,
+    ] {
+        assert!(!kind.is_permanent(), "{kind:?}");
+    }
+}
+
+/// A handler's own error type wrapping the library's.
+#[derive(Debug)]
+struct Wrapped(lambda_idempotency::Error);
+
+impl From<lambda_idempotency::Error> for Wrapped {
+    fn from(e: lambda_idempotency::Error) -> Self {
+        Wrapped(e)
+    }
+}
+
+impl std::fmt::Display for Wrapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the handler's wrapper")
+    }
+}
+
+impl std::error::Error for Wrapped {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
 }
 
 #[tokio::test]
@@ -188,6 +371,17 @@ async fn when_every_record_fails_the_default_reports_each() {
     );
     let err = run(SqsBatch::new().fail_invocation_when_all_fail(true))
         .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BatchError::AllFailed { count: 2, .. }),
+        "{err}"
+    );
+    // The same setting holds when the response is built from a report.
+    let failing = SqsBatch::new().fail_invocation_when_all_fail(true);
+    let err = handler
+        .report(&failing, include_str!("fixtures/sqs-all-fail.json"))
+        .await
+        .into_response()
         .unwrap_err();
     assert!(
         matches!(err, BatchError::AllFailed { count: 2, .. }),

@@ -20,6 +20,7 @@ impl Worker {
         hash = FIELDS,
         validate = FIELDS,
         context = ctx,
+        operation = "Worker::handle",
         with_outcome
     )]
     async fn handle(&self, request: Value, ctx: &lambda_runtime::Context) -> Result<u32, Error> {
@@ -50,7 +51,7 @@ async fn every_argument_works_through_a_renamed_dependency() {
         .unwrap();
     assert_eq!(first, (1, Outcome::Executed));
     assert_eq!(worker.handle(request, &ctx).await.unwrap(), 1);
-    assert!(store.record("fn.renamed::Worker::handle#k1").is_some());
+    assert!(store.record("fn.Worker::handle#k1").is_some());
 
     let handle = Idempotency::new(MemoryStore::new());
     assert_eq!(free(&handle, json!({"id": 7})).await.unwrap(), "7");

@@ -114,7 +114,9 @@ impl SqsBatch {
         self
     }
 
-    /// Fails the invocation when every record failed, instead of reporting each.
+    /// Fails the invocation when every record failed, instead of reporting each. Holds
+    /// however the response is built: [`run`](Self::run), [`run_json`](Self::run_json),
+    /// or [`BatchReport::into_response`] on a report.
     pub fn fail_invocation_when_all_fail(mut self, yes: bool) -> Self {
         self.fail_invocation_when_all_fail = yes;
         self
@@ -131,9 +133,7 @@ impl SqsBatch {
         Fut: Future<Output = Result<T, E>>,
         E: Into<BoxError>,
     {
-        self.report(event, handler)
-            .await
-            .response(self.fail_invocation_when_all_fail)
+        self.report(event, handler).await.into_response()
     }
 
     /// Like [`run`](Self::run), with each body parsed as JSON into `B` first: a body that
@@ -149,9 +149,7 @@ impl SqsBatch {
         Fut: Future<Output = Result<T, E>>,
         E: Into<BoxError>,
     {
-        self.report_json(event, handler)
-            .await
-            .response(self.fail_invocation_when_all_fail)
+        self.report_json(event, handler).await.into_response()
     }
 
     /// Like [`run_json`](Self::run_json), returning what happened to each record.
@@ -214,7 +212,8 @@ impl SqsBatch {
             .map(|group| record::run_group(group, handler, &slots))
             .buffer_unordered(self.max_concurrency)
             .for_each(|()| std::future::ready(()));
-        let work = invocation::with_deadline(deadline, work);
+        // Twins (two records with one key) meet within this invocation, not in the store.
+        let work = invocation::with_deadline(deadline, crate::twins::scope(work));
         match deadline {
             Some(deadline) => {
                 let left = deadline
@@ -231,6 +230,7 @@ impl SqsBatch {
             None => work.await,
         }
         BatchReport {
+            fail_invocation_when_all_fail: self.fail_invocation_when_all_fail,
             records: slots
                 .into_inner()
                 .unwrap_or_else(|p| p.into_inner())

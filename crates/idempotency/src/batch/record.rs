@@ -1,7 +1,7 @@
 //! One record: its body parsed, its handler run with panics caught, its failure named.
 
 use super::report::{FailureKind, InvalidBody, RecordFailure, RecordReport};
-use crate::error::{BoxError, Error};
+use crate::error::{BoxError, Error, report};
 use aws_lambda_events::event::sqs::SqsMessage;
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
@@ -60,16 +60,14 @@ where
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => {
             let error: BoxError = err.into();
-            let kind = match error.downcast_ref::<Error>() {
-                Some(Error::AlreadyInProgress { .. }) => FailureKind::InProgress,
-                _ if error.is::<InvalidBody>() => FailureKind::MalformedBody,
-                _ => FailureKind::Error,
-            };
-            let reason = error.to_string();
-            if kind == FailureKind::InProgress {
-                info!(%reason, "handed back to SQS for redelivery");
-            } else {
-                warn!(%reason, ?kind, "record failed");
+            let kind = failure_kind(error.as_ref());
+            let reason = report(error.as_ref());
+            match kind {
+                FailureKind::InProgress => info!(%reason, "handed back to SQS for redelivery"),
+                _ if kind.is_permanent() => {
+                    warn!(%reason, ?kind, "record failed for good: no redelivery can fix it, it will reach the dead-letter queue")
+                }
+                _ => warn!(%reason, ?kind, "record failed"),
             }
             Err(RecordFailure {
                 kind,
@@ -91,6 +89,26 @@ where
             })
         }
     }
+}
+
+/// The kind of the first error in the chain that this crate knows: a handler's error type
+/// may wrap an [`Error`] or an [`InvalidBody`].
+fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
+    let mut layer = Some(error);
+    while let Some(e) = layer {
+        if let Some(e) = e.downcast_ref::<Error>() {
+            return match e {
+                Error::AlreadyInProgress { .. } => FailureKind::InProgress,
+                e if e.is_permanent() => FailureKind::Rejected,
+                _ => FailureKind::Error,
+            };
+        }
+        if e.is::<InvalidBody>() {
+            return FailureKind::MalformedBody;
+        }
+        layer = e.source();
+    }
+    FailureKind::Error
 }
 
 pub(super) fn unfinished<T>(message_id: Option<String>) -> RecordReport<T> {

@@ -5,6 +5,20 @@ use aws_lambda_events::event::sqs::SqsBatchResponse;
 use std::fmt;
 
 /// Why one record was reported as a batch item failure.
+///
+/// Every kind is a `batchItemFailures` entry, so SQS delivers the message again until the
+/// queue's `maxReceiveCount`, then to the dead-letter queue. [`is_permanent`](Self::is_permanent)
+/// says which kinds no redelivery can fix:
+///
+/// | kind | a later delivery |
+/// |---|---|
+/// | `InProgress` | succeeds, once the other worker finishes or its lease ends |
+/// | `Error` | may succeed (a provider or store error that heals) |
+/// | `Panicked` | may succeed (depends on the panic) |
+/// | `SkippedAfterGroupFailure` | runs once the group's earlier record succeeds |
+/// | `Unfinished` | takes the record over after its lease |
+/// | `MalformedBody` | never: the body will not parse next time either (permanent) |
+/// | `Rejected` | never: the idempotency layer refused this message for good (permanent) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailureKind {
@@ -12,6 +26,12 @@ pub enum FailureKind {
     InProgress,
     /// The body is not what the handler expects; it will reach the dead-letter queue.
     MalformedBody,
+    /// The idempotency layer refused the message for good: no key in the payload, a
+    /// payload that differs from the one stored under its key, a stored result that the
+    /// function's return type no longer reads, a result too large to store
+    /// ([`Error::is_permanent`](crate::Error::is_permanent)). It will reach the dead-letter
+    /// queue.
+    Rejected,
     /// The handler returned an error.
     Error,
     /// The handler panicked.
@@ -23,15 +43,27 @@ pub enum FailureKind {
     Unfinished,
 }
 
+impl FailureKind {
+    /// Whether no later delivery can succeed: [`MalformedBody`](Self::MalformedBody) and
+    /// [`Rejected`](Self::Rejected).
+    pub fn is_permanent(self) -> bool {
+        matches!(self, FailureKind::MalformedBody | FailureKind::Rejected)
+    }
+}
+
 /// One record's failure.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct RecordFailure {
     /// What kind of failure.
     pub kind: FailureKind,
-    /// The error, for logs.
+    /// The error and its causes on one line ([`report`](crate::report)), as the batch's
+    /// log line shows it.
     pub reason: String,
-    /// The error itself, when there was one.
+    /// The error itself, when there was one. The idempotency layer's own errors can be
+    /// told apart by downcasting: `failure.error.as_deref().and_then(|e|
+    /// e.downcast_ref::<lambda_idempotency::Error>())` (the handler's error type, when it
+    /// wraps one, is the box's type instead: walk `source()`).
     pub error: Option<BoxError>,
 }
 
@@ -55,6 +87,8 @@ pub struct RecordReport<T> {
 pub struct BatchReport<T> {
     /// One report per record.
     pub records: Vec<RecordReport<T>>,
+    /// The batch's [`fail_invocation_when_all_fail`](super::SqsBatch::fail_invocation_when_all_fail).
+    pub(super) fail_invocation_when_all_fail: bool,
 }
 
 impl<T> BatchReport<T> {
@@ -63,14 +97,17 @@ impl<T> BatchReport<T> {
         self.records.iter().filter(|r| r.result.is_err())
     }
 
-    /// The partial batch response for Lambda. Fails when a failed record has no message id
+    /// The partial batch response for Lambda, as the batch was configured: with
+    /// [`fail_invocation_when_all_fail`](super::SqsBatch::fail_invocation_when_all_fail),
+    /// an error when every record failed. Fails too when a failed record has no message id
     /// (it could not be reported, so the whole batch must be retried).
     pub fn into_response(self) -> Result<SqsBatchResponse, BatchError> {
-        self.response(false)
+        let fail = self.fail_invocation_when_all_fail;
+        self.response(fail)
     }
 
-    /// Like [`into_response`](Self::into_response), but fails the invocation when every
-    /// record failed, so Lambda backs off before it retries the batch.
+    /// Like [`into_response`](Self::into_response), failing the invocation when every
+    /// record failed whatever the batch's setting, so Lambda backs off before it retries.
     pub fn into_response_failing_when_all_fail(self) -> Result<SqsBatchResponse, BatchError> {
         self.response(true)
     }

@@ -10,7 +10,7 @@ struct Worker {
 }
 
 impl Handler for Worker {
-    #[idempotent(handle = self.idempotency, key = "id", with_outcome)]
+    #[idempotent(handle = self.idempotency, key = "id", with_outcome, operation = "handle")]
     async fn handle(&self, request: Value) -> Result<u32, lambda_idempotency::Error> {
         let _ = request;
         Ok(1)

@@ -27,7 +27,7 @@ struct Worker {
 #[async_trait]
 impl Handler for Worker {
     /// Doc comments and other attributes survive.
-    #[idempotent(handle = self.idempotency, key = "id")]
+    #[idempotent(handle = self.idempotency, key = "id", operation = "Worker::handle")]
     #[allow(clippy::needless_pass_by_value)]
     async fn handle(&self, request: Value) -> Result<u32, lambda_idempotency::Error> {
         if request["id"].is_null() {
@@ -37,7 +37,7 @@ impl Handler for Worker {
         Ok(n + self.idempotency.store().name().len() as u32)
     }
 
-    #[idempotent(handle = self.idempotency, payload = request, key = "id")]
+    #[idempotent(handle = self.idempotency, payload = request, key = "id", operation = "Worker::consume")]
     async fn consume(mut self, request: Value) -> Result<u32, lambda_idempotency::Error> {
         self.idempotency = self.idempotency.clone();
         let _ = request;

@@ -39,7 +39,8 @@ struct Worker {
 impl Worker {
     const FIELDS: [&'static str; 1] = ["model"];
 
-    #[idempotent(handle = self.idempotency, hash = Self::FIELDS, validate = crate::SLICE)]
+    #[idempotent(handle = self.idempotency, hash = Self::FIELDS, validate = crate::SLICE,
+        operation = "by_self")]
     async fn by_self(&self, request: ChatRequest) -> Result<String, lambda_idempotency::Error> {
         Ok(request.prompt)
     }

@@ -12,7 +12,7 @@ struct Payments {
 }
 
 impl Payments {
-    #[idempotent(handle = self.idempotency, payload = order, key = "order_id")]
+    #[idempotent(handle = self.idempotency, payload = order, key = "order_id", operation = "charge")]
     async fn charge(&self, order: Order, note: &str) -> Result<u64, lambda_runtime::Error> {
         let _ = note;
         Ok(order.amount)

@@ -21,14 +21,14 @@ struct Payments {
 
 impl Payments {
     /// A method: the receiver is passed on.
-    #[idempotent(handle = self.idempotency, payload = order, key = "order_id", with_outcome)]
+    #[idempotent(handle = self.idempotency, payload = order, key = "order_id", with_outcome, operation = "Payments::charge")]
     async fn charge(&self, order: Order, note: &str) -> Result<u64, lambda_runtime::Error> {
         let _ = note;
         Ok(order.amount)
     }
 
     /// By value, `mut`.
-    #[idempotent(handle = self.idempotency, payload = order, key = "order_id", with_outcome)]
+    #[idempotent(handle = self.idempotency, payload = order, key = "order_id", with_outcome, operation = "Payments::into_charge")]
     async fn into_charge(mut self, order: Order) -> Result<u64, lambda_runtime::Error> {
         let this = &mut self;
         let _ = this;
@@ -36,7 +36,7 @@ impl Payments {
     }
 
     /// An associated function that names `Self`.
-    #[idempotent(handle = payments.idempotency, payload = order, key = "order_id", with_outcome)]
+    #[idempotent(handle = payments.idempotency, payload = order, key = "order_id", with_outcome, operation = "Payments::charge_on")]
     async fn charge_on(payments: &Self, order: Order) -> Result<u64, lambda_runtime::Error> {
         let _ = payments;
         Ok(order.amount)

@@ -329,51 +329,6 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
         .await
         .expect("Duration::MAX settings work");
     assert_eq!((value, outcome), (1, Outcome::Executed));
-
-    // Separators in names are refused: `charge#eu` + `42` would be `charge` + `eu#42`.
-    let idempotency = Idempotency::new(store.clone());
-    for (op, what) in [
-        (
-            Operation::new("charge#eu", KeyStrategy::field("id")),
-            "operation name",
-        ),
-        (
-            Operation::new("charge", KeyStrategy::field("id")).key_prefix("a#b"),
-            "key prefix",
-        ),
-    ] {
-        let result = idempotency
-            .execute(&op, &payload, || async {
-                Ok::<_, Error>(unreachable_body())
-            })
-            .await;
-        assert!(
-            matches!(&result, Err(ExecuteError::Idempotency(Error::InvalidName { what: w, .. })) if *w == what),
-            "{what} with '#' must be refused, got {result:?}"
-        );
-    }
-    let dotted = Idempotency::builder(store).function_name("my.fn").build();
-    let result = dotted
-        .execute(
-            &Operation::new("op", KeyStrategy::field("id")),
-            &payload,
-            || async { Ok::<_, Error>(unreachable_body()) },
-        )
-        .await;
-    assert!(
-        matches!(
-            &result,
-            Err(ExecuteError::Idempotency(Error::InvalidName {
-                what: "function name",
-                ..
-            }))
-        ),
-        "a function name with '.' must be refused, got {result:?}"
-    );
-}
-
-fn unreachable_body() -> u8 {
-    panic!("the function must not run when its name is refused")
 }
 
 /// Through the engine over `store`, counted by a [`FaultyStore`] around it: the store

@@ -182,14 +182,17 @@ struct Statements {
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.inner.config;
-        f.debug_struct("PostgresStore")
-            .field("table", &self.inner.table)
+        let mut d = f.debug_struct("PostgresStore");
+        d.field("table", &self.inner.table)
             .field("hosts", &c.get_hosts())
             .field("ports", &c.get_ports())
             .field("dbname", &c.get_dbname())
-            .field("user", &c.get_user())
-            .field("ssl_mode", &c.get_ssl_mode())
-            .field("password", &c.get_password().map(|_| Redacted))
+            .field("user", &c.get_user());
+        // Only whether there is one.
+        if c.get_password().is_some() {
+            d.field("password", &Redacted);
+        }
+        d.field("ssl_mode", &c.get_ssl_mode())
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }

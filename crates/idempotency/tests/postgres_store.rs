@@ -909,3 +909,164 @@ async fn a_row_committed_after_the_claims_snapshot_is_answered_exactly() {
     assert_eq!(spread.vanished.load(Ordering::Relaxed), 0);
     table.drop_table().await;
 }
+
+/// The text of every error in `err`'s chain, outermost first.
+fn chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut texts = Vec::new();
+    let mut cause = Some(err);
+    while let Some(c) = cause {
+        texts.push(c.to_string());
+        cause = c.source();
+    }
+    texts
+}
+
+/// A server that accepts the TCP connection and never answers (a stalled proxy, a
+/// process stopped mid-start-up): the connect, TLS negotiation and start-up included, is
+/// bounded by the connect timeout, whichever `sslmode`. Was: the 5 s bound covered only
+/// the TCP connect, so `ensure_connected` (the worker's start-up) waited forever.
+#[tokio::test]
+async fn connect_is_bounded_when_the_server_never_answers() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            held.push(socket);
+        }
+    });
+    let attempt = |query: &'static str, bound: Duration| async move {
+        let url = format!("postgres://postgres@{addr}/test?{query}");
+        let store = PostgresStore::connect(&url, "t").unwrap();
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(bound, store.ensure_connected()).await;
+        (query, result, started.elapsed())
+    };
+    let attempts = futures_util::future::join_all([
+        attempt("sslmode=prefer&connect_timeout=1", Duration::from_secs(4)),
+        attempt("sslmode=require&connect_timeout=1", Duration::from_secs(4)),
+        attempt("sslmode=disable&connect_timeout=1", Duration::from_secs(4)),
+        // No connect_timeout: the store's default, 5 s.
+        attempt("sslmode=prefer", Duration::from_secs(9)),
+    ])
+    .await;
+    holder.abort();
+    for (query, result, elapsed) in attempts {
+        match result {
+            Ok(Err(err)) => {
+                assert!(
+                    err.is_retryable(),
+                    "{query}: a timeout is retryable: {err:?}"
+                );
+                let texts = chain(&err);
+                assert!(
+                    texts.iter().any(|t| t.contains(&addr.to_string())),
+                    "{query}: the error names the server: {texts:?}"
+                );
+                assert!(elapsed < Duration::from_secs(7), "{query}: {elapsed:?}");
+            }
+            Ok(Ok(())) => panic!("{query}: connected to a server that never answers"),
+            Err(_) => panic!(
+                "{query}: ensure_connected still waits after {elapsed:?} on a server that never answers"
+            ),
+        }
+    }
+}
+
+/// PostgreSQL cuts identifiers at 63 bytes: two stores whose long table names differ only
+/// after that would share one table and answer each other's claims. Such a name is refused
+/// when the store is made (a configuration mistake fails at start-up); 63 bytes is fine and
+/// names the table exactly.
+#[tokio::test]
+async fn table_and_schema_names_over_63_bytes_are_refused() {
+    let long = "t".repeat(64);
+    for name in [
+        long.clone(),
+        format!("{long}.idempotency"),
+        format!("public.{long}"),
+        // 64 bytes in 32 characters.
+        format!("public.{}", "é".repeat(32)),
+    ] {
+        match PostgresStore::connect(&postgres_url(), &name) {
+            Err(Error::Store {
+                backend: "postgres",
+                retryable: false,
+                source,
+            }) => {
+                let text = source.to_string();
+                assert!(
+                    text.contains("63 bytes") && text.contains("64"),
+                    "{name}: the error says what is wrong: {text}"
+                );
+            }
+            other => panic!("{name:?} must be refused, got {other:?}"),
+        }
+    }
+    // Exactly 63 bytes: accepted, and the table has exactly that name.
+    let name = format!("idem_{:016x}_{}", fastrand::u64(..), "n".repeat(63 - 22));
+    assert_eq!(name.len(), 63);
+    let table = TestTable::named(&name).await;
+    let found: i64 = table
+        .admin
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = $2",
+            &[&postgres_schema(), &name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(found, 1);
+    table.drop_table().await;
+}
+
+/// Root certificates or a TLS configuration given after the store connected apply to the
+/// next connection: the connection made under `prefer` (unverified) is not kept. Was:
+/// the store went on using it, so the certificate check the caller asked for never ran.
+#[tokio::test]
+async fn tls_settings_given_after_the_first_connection_apply_to_the_next_one() {
+    let table = TestTable::new("late_tls").await;
+    // A configuration that trusts nothing: no server, with TLS or without, passes it.
+    let trusts_nothing = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let store = table.store();
+    store.ensure_connected().await.unwrap();
+    let store = store.with_tls(trusts_nothing);
+    let after = store.get("k").await;
+    assert!(
+        matches!(
+            after,
+            Err(Error::Store {
+                retryable: false,
+                ..
+            })
+        ),
+        "a TLS configuration that trusts no server must refuse the next call, got {after:?}"
+    );
+
+    // Roots: the connection is new (a certificate from a public CA may pass).
+    let store = table.store();
+    let before = store.backend_pid().await.unwrap();
+    let pem = std::fs::read(
+        [
+            "/etc/ssl/certs/ca-certificates.crt",
+            "/etc/pki/tls/certs/ca-bundle.crt",
+            "/etc/ssl/cert.pem",
+        ]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("a CA bundle on this machine"),
+    )
+    .unwrap();
+    let store = store.with_root_certificates_pem(&pem).unwrap();
+    match store.backend_pid().await {
+        Ok(after) => assert_ne!(before, after, "the unverified connection was kept"),
+        Err(err) => assert!(!err.is_retryable(), "{err:?}"),
+    }
+    table.drop_table().await;
+}

@@ -9,7 +9,7 @@
 use lambda_idempotency::store::conformance::{self, model};
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::redis::{KEY_GRACE, RedisStore};
-use lambda_idempotency::store::{Claim, IdempotencyStore, Status, epoch_secs};
+use lambda_idempotency::store::{Claim, ClaimOutcome, IdempotencyStore, Status, epoch_secs};
 use lambda_idempotency::{Error, Idempotency, KeyStrategy, Operation, Outcome};
 use serde_json::json;
 use std::sync::Arc;
@@ -554,4 +554,217 @@ async fn tls_and_acl_credentials() {
         }
         other => panic!("an untrusted certificate must fail, got {other:?}"),
     }
+}
+
+/// The store's own error inside [`Error::Store`], and the chain under it.
+fn store_source(err: &Error) -> &(dyn std::error::Error + Send + Sync + 'static) {
+    match err {
+        Error::Store { source, .. } => &**source,
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+/// A refused connection names the server, says the cause once, and keeps the driver's
+/// error as its source. Was: "Connection refused (os error 111): Connection refused (os
+/// error 111)", neither host nor port.
+#[tokio::test]
+async fn a_connection_error_names_the_host_and_port() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let node = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect_err("nothing listens");
+    let cluster = RedisStore::connect_cluster([format!("redis://127.0.0.1:{port}")])
+        .await
+        .expect_err("nothing listens");
+    for (err, expected) in [
+        (
+            node,
+            format!("cannot connect to Redis at 127.0.0.1:{port}: "),
+        ),
+        (
+            cluster,
+            format!("cannot connect to the Redis cluster at 127.0.0.1:{port}: "),
+        ),
+    ] {
+        assert!(err.is_retryable(), "{err:?}");
+        let own = store_source(&err);
+        let text = own.to_string();
+        assert!(text.starts_with(&expected), "{text}");
+        assert_eq!(text.matches("refused").count(), 1, "the cause once: {text}");
+        let driver = own.source().expect("the driver's error as the source");
+        assert!(
+            driver.downcast_ref::<redis::RedisError>().is_some(),
+            "{driver:?}"
+        );
+        assert!(text.ends_with(&driver.to_string()), "{text} / {driver}");
+    }
+}
+
+/// `Debug` of a store never shows the password of its URL; it says one is set.
+#[tokio::test]
+async fn debug_never_shows_the_password() {
+    let (_server, addr) = private_redis_with(|port, _| {
+        [
+            "--port",
+            &port.to_string(),
+            "--requirepass",
+            "hunter2-redis",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    })
+    .await;
+    let store = RedisStore::connect(&format!("redis://:hunter2-redis@{addr}"))
+        .await
+        .unwrap();
+    let text = format!("{store:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(
+        text.contains("<redacted>") && text.contains(&addr.to_string()),
+        "{text}"
+    );
+    let wrong = RedisStore::connect(&format!("redis://:hunter2-wrong@{addr}"))
+        .await
+        .expect_err("a wrong password");
+    for text in [format!("{wrong}"), format!("{wrong:?}")] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+}
+
+/// A full Redis under `maxmemory-policy noeviction` (used memory past `maxmemory`) answers
+/// `OOM` to a script whose first write adds data: a fresh claim is refused (no call is
+/// made), a completion too (the engine retries it within the lease), both retryable and
+/// nothing half-written; reads work, and so does a script that deletes first (a release;
+/// a claim over a claimable record, which deletes it, then writes). Once memory is freed
+/// the same completion succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_refuses_writes_retryably_and_keeps_records_whole() {
+    let (_server, addr) = private_redis_with(|port, _| {
+        [
+            "--port",
+            &port.to_string(),
+            "--maxmemory-policy",
+            "noeviction",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    })
+    .await;
+    let store = RedisStore::connect(&format!("redis://{addr}"))
+        .await
+        .unwrap();
+    let maxmemory = |limit: &str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("maxmemory").arg(limit);
+        cmd
+    };
+    let held = claim("conformance.oom#held", "t1");
+    store.claim(&held).await.unwrap();
+    store
+        .query(redis::cmd("SET").arg("filler").arg(vec![b'x'; 2 << 20]))
+        .await
+        .unwrap();
+    // Full: more in use than allowed.
+    store.query(&maxmemory("1mb")).await.unwrap();
+    let fresh = store.claim(&claim("conformance.oom#fresh", "t2")).await;
+    let completed = store
+        .complete(
+            &held,
+            Some("{\"answer\":1}"),
+            SystemTime::now() + Duration::from_secs(60),
+        )
+        .await;
+    let read = store.get(&held.id).await;
+    let reclaimed = store.claim(&held).await;
+    let released = store.release(&held).await;
+    let after_release = store.claim(&held).await;
+    store.query(&maxmemory("0")).await.unwrap();
+    for (what, result) in [
+        ("a fresh claim", fresh.map(drop)),
+        ("a completion", completed),
+        ("a claim after the release", after_release.map(drop)),
+    ] {
+        match result {
+            Err(err @ Error::Store { .. }) => {
+                let text = store_source(&err).to_string();
+                assert!(text.contains("OOM"), "{what}: {text}");
+                assert!(err.is_retryable(), "{what}: OOM must be retryable: {err:?}");
+            }
+            other => panic!("{what} on a full Redis: {other:?}"),
+        }
+    }
+    let record = read
+        .expect("reads work on a full Redis")
+        .expect("the record");
+    assert_eq!(record.status, Status::InProgress, "nothing half-written");
+    assert_eq!(record.data, None);
+    assert!(
+        matches!(reclaimed, Ok(ClaimOutcome::Claimed { .. })),
+        "the claim script deletes the claimable record first, then writes: {reclaimed:?}"
+    );
+    assert!(
+        released.is_ok(),
+        "a release (a DEL) is allowed: {released:?}"
+    );
+    store
+        .claim(&held)
+        .await
+        .expect("memory freed: the claim succeeds");
+    store
+        .complete(
+            &held,
+            Some("1"),
+            SystemTime::now() + Duration::from_secs(60),
+        )
+        .await
+        .expect("and the completion");
+}
+
+/// A server busy running another client's long script answers `BUSY` to every request:
+/// retryable, and the connection is kept (it answers once the script ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_redis_is_retryable() {
+    let (_server, addr) = private_redis_with(|port, _| {
+        ["--port", &port.to_string(), "--busy-reply-threshold", "100"]
+            .map(str::to_owned)
+            .to_vec()
+    })
+    .await;
+    let url = format!("redis://{addr}");
+    let store = RedisStore::connect(&url).await.unwrap();
+    let c = claim("conformance.busy#k", "t1");
+    store.get(&c.id).await.unwrap();
+    let looping = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_request_timeout(Duration::from_secs(30));
+    let script = tokio::spawn(async move {
+        looping
+            .query(redis::cmd("EVAL").arg("while true do end").arg(0))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let busy = store.claim(&c).await;
+    let killer = RedisStore::connect(&url).await;
+    let killed = match &killer {
+        Ok(k) => k.query(redis::cmd("SCRIPT").arg("KILL")).await.map(drop),
+        Err(_) => Ok(()),
+    };
+    let _ = script.await;
+    match busy {
+        Err(err @ Error::Store { .. }) => {
+            let text = store_source(&err).to_string();
+            assert!(text.contains("BUSY"), "{text}");
+            assert!(err.is_retryable(), "BUSY must be retryable: {err:?}");
+        }
+        other => panic!("a claim on a busy Redis: {other:?}"),
+    }
+    killer.expect("SCRIPT KILL may be sent to a busy server");
+    killed.expect("SCRIPT KILL");
+    store
+        .claim(&c)
+        .await
+        .expect("the script ended: the claim works");
 }

@@ -548,3 +548,109 @@ async fn redis_follows_a_failover_that_demoted_its_node() {
         proxy.accepted.load(Ordering::SeqCst)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 7. PostgreSQL: a request made outside the engine (a health check's `get`, a scheduled
+//    `purge_expired`, `create_table` at start-up) on a connection whose server stopped
+//    answering ends with a retryable error within the store's request timeout, and the
+//    next call reconnects. Was: no bound at all (only the engine's attempt timeout), so
+//    such a call waited forever.
+// ---------------------------------------------------------------------------------------
+
+fn postgres_upstream() -> std::net::SocketAddr {
+    let config: tokio_postgres::Config = postgres_url().parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        #[allow(unreachable_patterns)]
+        other => panic!("POSTGRES_TEST_URL must be a TCP host: {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    use std::net::ToSocketAddrs;
+    (host.as_str(), port)
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+/// `POSTGRES_TEST_URL` through `proxy`, without TLS (the proxy freezes bytes, not TLS
+/// records), with `extra` query parameters.
+fn postgres_url_via(proxy: &Proxy, extra: &str) -> String {
+    let config: tokio_postgres::Config = postgres_url().parse().unwrap();
+    format!(
+        "postgres://{}@{}/{}?sslmode=disable{extra}",
+        config.get_user().unwrap_or("postgres"),
+        proxy.addr,
+        config.get_dbname().unwrap_or("test"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_requests_outside_the_engine_are_bounded_when_the_server_stops_answering() {
+    let base = pg_store("bound").await;
+    let proxy = Proxy::start(postgres_upstream(), Duration::ZERO).await;
+    // `get` with the default bound (5 s), the others with a short one (same connection).
+    let store = PostgresStore::connect(&postgres_url_via(&proxy, ""), base.table()).unwrap();
+    let short = store
+        .clone()
+        .with_request_timeout(Duration::from_millis(300));
+    for (what, store) in [
+        ("get", &store),
+        ("purge_expired", &short),
+        ("create_table", &short),
+    ] {
+        // A working connection (a new one after the previous call was cut off), then frozen.
+        store.get("warm").await.unwrap();
+        proxy.freeze();
+        let started = std::time::Instant::now();
+        let call = async {
+            match what {
+                "get" => store.get("k").await.map(drop),
+                "purge_expired" => store.purge_expired(10).await.map(drop),
+                _ => store.create_table().await,
+            }
+        };
+        let result = tokio::time::timeout(Duration::from_secs(8), call).await;
+        match result {
+            Ok(Err(err)) => assert!(err.is_retryable(), "{what}: {err:?}"),
+            Ok(Ok(())) => panic!("{what}: answered through a frozen connection"),
+            Err(_) => panic!(
+                "{what} still waits after {:?} on a server that stopped answering",
+                started.elapsed()
+            ),
+        }
+    }
+    store.get("k").await.expect("the next call reconnects");
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. PostgreSQL: a session the server ended for idling (`idle_session_timeout`, SQLSTATE
+//    57P05) is retryable, like an administrator's termination (57P01), and the next call
+//    reconnects. The server's notice is held back by the proxy so that it answers a
+//    request sent after the session ended.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_idle_session_timeout_is_retryable_and_the_next_call_reconnects() {
+    let base = pg_store("idle").await;
+    let proxy = Proxy::start(postgres_upstream(), Duration::ZERO).await;
+    let url = postgres_url_via(&proxy, "&options=-c%20idle_session_timeout%3D300");
+    let store = PostgresStore::connect(&url, base.table()).unwrap();
+    store.get("k").await.unwrap();
+    // The server ends the session at ~300 ms; its FATAL reaches the store at ~1.3 s.
+    proxy.delay_ms.store(1000, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let err = store.get("k").await.expect_err("the session is gone");
+    proxy.delay_ms.store(0, Ordering::SeqCst);
+    let mut code = None;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(c) = cause {
+        if let Some(pg) = c.downcast_ref::<tokio_postgres::Error>() {
+            code = pg.code().map(|c| c.code().to_owned());
+        }
+        cause = c.source();
+    }
+    assert_eq!(code.as_deref(), Some("57P05"), "{err:?}");
+    assert!(err.is_retryable(), "57P05 must be retryable: {err:?}");
+    store.get("k").await.expect("the next call reconnects");
+}

@@ -6,8 +6,8 @@ use lambda_idempotency::expiry_for_queue;
 use std::fmt;
 use std::time::Duration;
 
-/// Where idempotency records live.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where idempotency records live. `Debug` redacts the passwords of its URLs.
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreChoice {
     /// A DynamoDB table (`IDEMPOTENCY_TABLE`); region, credentials and `AWS_ENDPOINT_URL`
     /// come from the standard AWS variables.
@@ -51,8 +51,8 @@ pub const STORES: &[&str] = &[
     "postgres",
 ];
 
-/// The worker's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The worker's settings. `Debug` redacts the API key and the passwords of URLs.
+#[derive(Clone, PartialEq, Eq)]
 pub struct WorkerConfig {
     /// The idempotency store.
     pub store: StoreChoice,
@@ -70,6 +70,85 @@ pub struct WorkerConfig {
     /// `IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS`, as the SAM template passes them):
     /// retention + max receives x visibility timeout. Default: the library's 15 days.
     pub expires_after: Option<Duration>,
+}
+
+/// What `Debug` shows instead of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// `url` with its password replaced by [`REDACTED`]: the user-info's (`scheme://user:pw@`,
+/// `redis://:pw@`) and any `password=` parameter, in a URL's query or a libpq key-value
+/// string (`host=… password=…`, quoted or not).
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(start) = out.find("://").map(|i| i + 3) {
+        let rest = &out[start..];
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        if let Some(at) = authority.rfind('@')
+            && let Some(colon) = authority[..at].find(':')
+        {
+            out.replace_range(start + colon + 1..start + at, REDACTED);
+        }
+    }
+    let mut from = 0;
+    while let Some(found) = out[from..].to_ascii_lowercase().find("password=") {
+        let value = from + found + "password=".len();
+        let end = match out[value..].strip_prefix('\'') {
+            Some(quoted) => value + 1 + quoted.find('\'').map_or(quoted.len(), |q| q + 1),
+            None => {
+                value
+                    + out[value..]
+                        .find(['&', ' ', '#'])
+                        .unwrap_or(out.len() - value)
+            }
+        };
+        out.replace_range(value..end, REDACTED);
+        from = value + REDACTED.len();
+    }
+    out
+}
+
+impl fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::DynamoDb { table } => {
+                f.debug_struct("DynamoDb").field("table", table).finish()
+            }
+            StoreChoice::Memory => f.write_str("Memory"),
+            StoreChoice::Redis {
+                urls,
+                cluster,
+                key_prefix,
+            } => f
+                .debug_struct("Redis")
+                .field(
+                    "urls",
+                    &urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+                )
+                .field("cluster", cluster)
+                .field("key_prefix", key_prefix)
+                .finish(),
+            StoreChoice::Postgres { url, table } => f
+                .debug_struct("Postgres")
+                .field("url", &redact_url(url))
+                .field("table", table)
+                .finish(),
+        }
+    }
+}
+
+impl fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("store", &self.store)
+            .field("model_base_url", &redact_url(&self.model_base_url))
+            .field(
+                "model_api_key",
+                &self.model_api_key.as_ref().map(|_| REDACTED),
+            )
+            .field("model_api_key_secret_arn", &self.model_api_key_secret_arn)
+            .field("expires_after", &self.expires_after)
+            .finish()
+    }
 }
 
 /// Every problem with the environment, reported at once.
@@ -149,7 +228,8 @@ impl WorkerConfig {
             }
             Some(url) => {
                 problems.push(format!(
-                    "MODEL_BASE_URL={url:?} is not an http:// or https:// URL"
+                    "MODEL_BASE_URL={:?} is not an http:// or https:// URL",
+                    redact_url(&url)
                 ));
                 None
             }
@@ -357,6 +437,109 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.model_api_key_secret_arn, None);
+    }
+
+    /// Every secret the environment holds, each in a form `Debug` could print.
+    const SECRETS: [&str; 4] = [
+        "sk-hunter2",
+        "redispw-hunter2",
+        "pgpw-hunter2",
+        "basepw-hunter2",
+    ];
+
+    #[test]
+    fn debug_never_shows_the_api_key_or_a_password() {
+        let base = "https://proxy-user:basepw-hunter2@models.example";
+        let mut configs = vec![
+            config(&[
+                ("IDEMPOTENCY_STORE", "memory"),
+                ("MODEL_BASE_URL", base),
+                ("MODEL_API_KEY", "sk-hunter2"),
+            ])
+            .unwrap(),
+        ];
+        let stores = [
+            StoreChoice::Redis {
+                urls: vec![
+                    "rediss://worker:redispw-hunter2@cache.example:6379".into(),
+                    "redis://:redispw-hunter2@cache.example".into(),
+                ],
+                cluster: true,
+                key_prefix: "idem:".into(),
+            },
+            StoreChoice::Postgres {
+                url: "postgres://worker:pgpw-hunter2@db.example/app?sslmode=require".into(),
+                table: "idempotency".into(),
+            },
+            StoreChoice::Postgres {
+                url: "host=db.example user=worker password=pgpw-hunter2 dbname=app".into(),
+                table: "idempotency".into(),
+            },
+            StoreChoice::Postgres {
+                url: "postgres://db.example/app?user=worker&password=pgpw-hunter2".into(),
+                table: "idempotency".into(),
+            },
+        ];
+        for store in stores {
+            let mut c = configs[0].clone();
+            c.store = store;
+            configs.push(c);
+        }
+        for c in &configs {
+            let store = format!("{:?}", c.store);
+            for text in [format!("{c:?}"), format!("{c:#?}"), store.clone()] {
+                for secret in SECRETS {
+                    assert!(!text.contains(secret), "{secret} in {text}");
+                }
+            }
+            assert!(format!("{c:?}").contains("<redacted>"), "{c:?}");
+            if c.store != StoreChoice::Memory {
+                assert!(store.contains("<redacted>"), "{store}");
+            }
+        }
+        assert!(
+            format!("{:?}", configs[1]).contains("cache.example"),
+            "the host stays"
+        );
+        let err = config(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            (
+                "MODEL_BASE_URL",
+                "ftp://proxy-user:basepw-hunter2@models.example",
+            ),
+        ])
+        .unwrap_err();
+        for text in [format!("{err}"), format!("{err:?}")] {
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+
+    #[test]
+    fn redact_url_hides_every_password_form() {
+        for (url, redacted) in [
+            ("redis://:pw@h:6379", "redis://:<redacted>@h:6379"),
+            ("rediss://user:pw@h", "rediss://user:<redacted>@h"),
+            ("redis://user@h/0", "redis://user@h/0"),
+            (
+                "postgres://u:p@w@h1,h2/db?x=1",
+                "postgres://u:<redacted>@h1,h2/db?x=1",
+            ),
+            (
+                "postgres://h/db?user=u&password=pw&sslmode=require",
+                "postgres://h/db?user=u&password=<redacted>&sslmode=require",
+            ),
+            (
+                "host=h password=pw user=u",
+                "host=h password=<redacted> user=u",
+            ),
+            (
+                "host=h PASSWORD='a b' user=u",
+                "host=h PASSWORD=<redacted> user=u",
+            ),
+            ("https://api.example/v1", "https://api.example/v1"),
+        ] {
+            assert_eq!(redact_url(url), redacted, "{url}");
+        }
     }
 
     #[test]

@@ -58,12 +58,23 @@ impl fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
-/// A client for `POST {base}/v1/chat/completions`.
-#[derive(Clone, Debug)]
+/// A client for `POST {base}/v1/chat/completions`. `Debug` redacts the API key and a
+/// password in the URL.
+#[derive(Clone)]
 pub struct ModelClient {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     url: String,
     api_key: Option<String>,
+}
+
+impl fmt::Debug for ModelClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::config::{REDACTED, redact_url};
+        f.debug_struct("ModelClient")
+            .field("url", &redact_url(&self.url))
+            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .finish_non_exhaustive()
+    }
 }
 
 impl ModelClient {
@@ -140,5 +151,34 @@ impl ModelClient {
             });
         }
         serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_api_key_or_a_password() {
+        let client = ModelClient::new(
+            "https://proxy-user:basepw-hunter2@models.example",
+            Some("sk-hunter2".into()),
+        )
+        .unwrap();
+        let worker = crate::Worker::new(
+            lambda_idempotency::Idempotency::new(lambda_idempotency::MemoryStore::new()),
+            client.clone(),
+        );
+        for text in [
+            format!("{client:?}"),
+            format!("{worker:?}"),
+            format!("{worker:#?}"),
+        ] {
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(
+                text.contains("<redacted>") && text.contains("models.example"),
+                "{text}"
+            );
+        }
     }
 }

@@ -45,6 +45,16 @@
 //! timeout. Behind RDS Proxy or PgBouncer (transaction mode) this is fine: no session
 //! state and no named prepared statements are used.
 //!
+//! A connect (TCP, TLS negotiation and start-up together) is bounded by the URL's
+//! `connect_timeout` (5 s when it sets none; once per host when it names several), and
+//! every request by the store's request timeout ([`DEFAULT_REQUEST_TIMEOUT`], 5 s,
+//! [`with_request_timeout`](PostgresStore::with_request_timeout)), so a call made outside
+//! the engine (`get` in a health check, `purge_expired`, `create_table`, the worker's
+//! `ensure_connected` at start-up) never waits forever on a server that stopped
+//! answering; inside the engine, its attempt timeout (2 s by default) is the bound that
+//! counts. A request cut off by either bound drops its connection; the next call
+//! reconnects.
+//!
 //! A call cut off while the server still works on it (waiting for a row lock another
 //! session holds) leaves that server process working until it next writes to the gone
 //! client, while the store opens a new connection. Bound statements on the server side
@@ -67,9 +77,16 @@
 //! # Errors
 //! [`Error::Store`] with backend `"postgres"`. Retryable: connection loss, I/O errors and
 //! timeouts, SQLSTATE class `08`, `40001`, `40P01`, `55P03`, `57014`, `57P01`–`57P03`,
-//! `53300`, `25006` (a writer that became a reader after a failover). The boxed source is
-//! the [`tokio_postgres::Error`], except for a missing table (a message naming the table,
-//! whose `source()` is the `tokio_postgres::Error`) and a malformed row (a message).
+//! `57P05` (the server ended an idle session: `idle_session_timeout`), `53300`, `25006` (a
+//! writer that became a reader after a failover), and a connect or request that timed
+//! out. The boxed source is the [`tokio_postgres::Error`], except for a missing table (a
+//! message naming the table, whose `source()` is the `tokio_postgres::Error`), a timeout
+//! (a message naming the server and the bound) and a malformed row (a message).
+//!
+//! # Names
+//! A table or schema name longer than 63 bytes is refused when the store is made
+//! (PostgreSQL would cut it, and two stores with long names differing after the 63rd byte
+//! would share one table).
 //!
 //! # Limits
 //! PostgreSQL's `text` holds up to 1 GB, but a result is read back on every duplicate:
@@ -103,6 +120,15 @@ pub const PURGE_GRACE: Duration = Duration::from_secs(60);
 /// store attempt.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest a request may wait for its answer by default, so a call made outside the
+/// engine (a health check's `get`, `purge_expired`, `create_table`) never waits forever on
+/// a server that stopped answering. Above the engine's attempt timeout (2 s by default),
+/// which is the bound that normally counts.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// PostgreSQL's longest identifier (`NAMEDATALEN - 1`); it cuts longer ones.
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
 /// An [`IdempotencyStore`] on a PostgreSQL table. Cloning shares the connection.
 ///
 /// ```no_run
@@ -121,6 +147,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct PostgresStore {
     inner: Arc<Inner>,
+    request_timeout: Duration,
 }
 
 struct Inner {
@@ -155,14 +182,28 @@ struct Statements {
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.inner.config;
-        f.debug_struct("PostgresStore")
-            .field("table", &self.inner.table)
+        let mut d = f.debug_struct("PostgresStore");
+        d.field("table", &self.inner.table)
             .field("hosts", &c.get_hosts())
             .field("ports", &c.get_ports())
             .field("dbname", &c.get_dbname())
-            .field("user", &c.get_user())
-            .field("ssl_mode", &c.get_ssl_mode())
+            .field("user", &c.get_user());
+        // Only whether there is one.
+        if c.get_password().is_some() {
+            d.field("password", &Redacted);
+        }
+        d.field("ssl_mode", &c.get_ssl_mode())
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
+    }
+}
+
+/// Stands for a secret in `Debug` output.
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 
@@ -175,7 +216,8 @@ const ESCAPED_ID: char = '\u{1}';
 
 /// Starts an id stored as the SHA-256 of the id: an escaped id longer than
 /// [`MAX_STORED_ID_BYTES`] (escaping can double an id, and a primary key entry must fit
-/// PostgreSQL's 2704-byte index limit). Read back, the record's id is this form.
+/// PostgreSQL's 2704-byte index limit). Read back, a record's id is the id it was asked
+/// for, never this form.
 const HASHED_ID: char = '\u{2}';
 
 /// The longest id stored escaped; longer ones are stored hashed.
@@ -201,7 +243,9 @@ fn stored_id(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(stored)
 }
 
-/// The inverse of [`stored_id`].
+/// The inverse of [`stored_id`] for ids stored escaped (a record read back takes the id it
+/// was asked for; this checks that the mapping is one to one).
+#[cfg(test)]
 fn read_id(stored: String) -> String {
     let Some(escaped) = stored.strip_prefix(ESCAPED_ID) else {
         return stored;
@@ -280,6 +324,22 @@ impl PostgresStore {
                 format!("invalid table name {table:?}"),
             ));
         }
+        let parts = match table.split_once('.') {
+            Some((schema, name)) => [("schema", schema), ("table", name)].to_vec(),
+            None => [("table", table.as_str())].to_vec(),
+        };
+        for (what, part) in parts {
+            if part.len() > MAX_IDENTIFIER_BYTES {
+                return Err(Error::store(
+                    BACKEND,
+                    false,
+                    format!(
+                        "the {what} name {part:?} is {} bytes; PostgreSQL identifiers are at most {MAX_IDENTIFIER_BYTES} bytes (it cuts longer ones, so two long names could share one table)",
+                        part.len()
+                    ),
+                ));
+            }
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
@@ -302,12 +362,22 @@ impl PostgresStore {
                 client: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
             }),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
+    }
+
+    /// Bounds every request's wait for its answer ([`DEFAULT_REQUEST_TIMEOUT`] unless
+    /// set). A request cut off drops its connection. Keep it above the engine's attempt
+    /// timeout, which is the bound that should count.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Trusts these root certificates (PEM, one or more) besides the system's, and turns
     /// `sslmode=prefer` into `require`: TLS is then mandatory and the certificate
-    /// checked. For RDS, its CA bundle. Call before the first connection.
+    /// checked. For RDS, its CA bundle. Applies from the next connection: one already open
+    /// (made without them) is closed, never used again.
     pub fn with_root_certificates_pem(self, pem: &[u8]) -> Result<Self, Error> {
         let mut roots = Vec::new();
         for cert in CertificateDer::pem_slice_iter(pem) {
@@ -333,7 +403,8 @@ impl PostgresStore {
     }
 
     /// Uses this rustls configuration (client certificates, other roots), and turns
-    /// `sslmode=prefer` into `require`. Call before the first connection.
+    /// `sslmode=prefer` into `require`. Applies from the next connection: one already open
+    /// is closed, never used again.
     pub fn with_tls(self, config: rustls::ClientConfig) -> Self {
         self.with_inner(|inner| {
             require_tls(&mut inner.config);
@@ -341,7 +412,11 @@ impl PostgresStore {
         })
     }
 
+    /// A store with `change` made to its settings and no connection: a connection made
+    /// under the old settings (an unverified `prefer` one) is not kept. Clones made before
+    /// keep theirs.
     fn with_inner(self, change: impl FnOnce(&mut Inner)) -> Self {
+        let request_timeout = self.request_timeout;
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             config: shared.config.clone(),
             tls: shared.tls.clone(),
@@ -354,8 +429,10 @@ impl PostgresStore {
         });
         let mut inner = inner;
         change(&mut inner);
+        inner.client = Mutex::new(None);
         Self {
             inner: Arc::new(inner),
+            request_timeout,
         }
     }
 
@@ -389,8 +466,11 @@ impl PostgresStore {
         let client = self.client().await?;
         let sql = self.create_table_sql();
         let call = Call::new(self, &client);
-        let result = client.batch_execute(&sql).await;
-        call.done(result.map_err(|e| self.pg_error(e)))
+        match tokio::time::timeout(self.request_timeout, client.batch_execute(&sql)).await {
+            Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
+            // Dropping the unfinished call drops the connection.
+            Err(_) => Err(self.timed_out("answer", self.request_timeout)),
+        }
     }
 
     /// Connects now if no connection is open: call it at init so a wrong URL, password or
@@ -520,7 +600,23 @@ impl PostgresStore {
         }
     }
 
+    /// A new connection, TCP, TLS negotiation and start-up bounded together by the connect
+    /// timeout (once per host: tokio-postgres tries them in turn).
     async fn open(&self) -> Result<Client, Error> {
+        let config = &self.inner.config;
+        let per_host = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+        let bound = per_host.saturating_mul(hosts);
+        match tokio::time::timeout(bound, self.open_unbounded()).await {
+            Ok(result) => result,
+            Err(_) => Err(self.timed_out("connection", bound)),
+        }
+    }
+
+    async fn open_unbounded(&self) -> Result<Client, Error> {
         let config = &self.inner.config;
         let connect_error = |e: tokio_postgres::Error| self.pg_error(e);
         let log_end = |result: Result<(), tokio_postgres::Error>| {
@@ -583,8 +679,11 @@ impl PostgresStore {
     ) -> Result<Vec<Row>, Error> {
         let client = self.client().await?;
         let call = Call::new(self, &client);
-        let result = client.query_typed(sql, params).await;
-        call.done(result.map_err(|e| self.pg_error(e)))
+        match tokio::time::timeout(self.request_timeout, client.query_typed(sql, params)).await {
+            Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
+            // Dropping the unfinished call drops the connection.
+            Err(_) => Err(self.timed_out("answer", self.request_timeout)),
+        }
     }
 
     fn pg_error(&self, err: tokio_postgres::Error) -> Error {
@@ -601,6 +700,38 @@ impl PostgresStore {
         Error::store(BACKEND, is_retryable(&err), err)
     }
 
+    /// The servers of the configuration, `host:port` each.
+    fn servers(&self) -> String {
+        let c = &self.inner.config;
+        c.get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let host = match host {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    #[cfg(unix)]
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                };
+                let port = c.get_ports().get(i).or(c.get_ports().first());
+                format!("{host}:{}", port.copied().unwrap_or(5432))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A connect or request cut off by its bound: retryable (the connection is dropped).
+    fn timed_out(&self, what: &'static str, after: Duration) -> Error {
+        Error::store(
+            BACKEND,
+            true,
+            TimedOut {
+                what,
+                servers: self.servers(),
+                after,
+            },
+        )
+    }
+
     fn malformed(&self, what: impl fmt::Display) -> Error {
         Error::store(
             BACKEND,
@@ -609,10 +740,11 @@ impl PostgresStore {
         )
     }
 
-    /// The record in a row of [`COLUMNS`] starting at column `at`.
-    fn parse(&self, row: &Row, at: usize) -> Result<Record, Error> {
+    /// The record `id` in a row of [`COLUMNS`] starting at column `at`. Its id is the one
+    /// asked for (a hashed id is not invertible; the row was found by `id`'s stored form).
+    fn parse(&self, row: &Row, at: usize, id: &str) -> Result<Record, Error> {
         let get_err = |e: tokio_postgres::Error| self.malformed(e);
-        let id = read_id(row.try_get(at).map_err(get_err)?);
+        let id = id.to_owned();
         let status: String = row.try_get(at + 1).map_err(get_err)?;
         let status: Status = status
             .parse()
@@ -672,7 +804,7 @@ impl PostgresStore {
             (Some(row), old) if ours(row)? => {
                 // The claim is written: an old row we cannot read must not turn it into
                 // an error that holds the key until the lease ends.
-                let previous = old.and_then(|old| match self.parse(old, 1) {
+                let previous = old.and_then(|old| match self.parse(old, 1, &claim.id) {
                     Ok(previous) => Some(previous),
                     Err(err) => {
                         tracing::warn!(error = %err, "claimed over a row that is not a valid idempotency record");
@@ -682,8 +814,8 @@ impl PostgresStore {
                 Ok(ClaimOutcome::Claimed { previous })
             }
             // A row committed after the statement's snapshot, unchanged: the live record.
-            (Some(row), _) => Ok(ClaimOutcome::Exists(self.parse(row, 1)?)),
-            (None, Some(old)) => Ok(ClaimOutcome::Exists(self.parse(old, 1)?)),
+            (Some(row), _) => Ok(ClaimOutcome::Exists(self.parse(row, 1, &claim.id)?)),
+            (None, Some(old)) => Ok(ClaimOutcome::Exists(self.parse(old, 1, &claim.id)?)),
             // Not reachable (the upsert always writes or finds a row); retry if it is.
             (None, None) => Ok(ClaimOutcome::Vanished),
         }
@@ -737,7 +869,7 @@ impl PostgresStore {
         let rows = self
             .query(&self.inner.sql.get, &[(&stored_id(id), Type::TEXT)])
             .await?;
-        rows.first().map(|row| self.parse(row, 0)).transpose()
+        rows.first().map(|row| self.parse(row, 0, id)).transpose()
     }
 }
 
@@ -877,6 +1009,7 @@ fn is_retryable(err: &tokio_postgres::Error) -> bool {
                     | "57P01"
                     | "57P02"
                     | "57P03"
+                    | "57P05"
                     | "53300"
                     | "25006"
             );
@@ -893,6 +1026,29 @@ fn is_retryable(err: &tokio_postgres::Error) -> bool {
         None => err.to_string().starts_with("timeout"),
     }
 }
+
+/// A connect or a request that got no answer within its bound.
+#[derive(Debug)]
+struct TimedOut {
+    what: &'static str,
+    servers: String,
+    after: Duration,
+}
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (servers, after) = (&self.servers, self.after);
+        match self.what {
+            "connection" => write!(
+                f,
+                "cannot connect to PostgreSQL at {servers}: no connection within {after:?} (TCP, TLS negotiation and start-up together)"
+            ),
+            _ => write!(f, "no answer from PostgreSQL at {servers} within {after:?}"),
+        }
+    }
+}
+
+impl std::error::Error for TimedOut {}
 
 /// A missing table: names it and says how to create it.
 #[derive(Debug)]
@@ -1115,6 +1271,27 @@ mod tests {
             .unwrap()
             .with_tls(tls);
         assert_eq!(preferred.inner.config.get_ssl_mode(), SslMode::Require);
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        for url in [
+            "postgres://worker:hunter2-pg@db.example:5433/app?sslmode=require",
+            "host=db.example port=5433 user=worker password=hunter2-pg dbname=app",
+        ] {
+            let store = PostgresStore::connect(url, "idempotency").unwrap();
+            let text = format!("{store:?}");
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(
+                text.contains("<redacted>") && text.contains("db.example"),
+                "{text}"
+            );
+        }
+        let err = PostgresStore::connect("postgres://worker:hunter2-pg@db.example:x/app", "t")
+            .unwrap_err();
+        for text in [format!("{err}"), format!("{err:?}")] {
+            assert!(!text.contains("hunter2"), "{text}");
+        }
     }
 
     #[test]

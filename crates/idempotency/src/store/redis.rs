@@ -27,6 +27,18 @@
 //! - **No eviction.** An evicted key is a forgotten record: its duplicate runs again. Set
 //!   `maxmemory-policy noeviction` (ElastiCache's default, `volatile-lru`, evicts keys that
 //!   have an expiry, which is every record here) and watch memory.
+//! - **A full server.** Under `noeviction`, a server whose memory is past `maxmemory`
+//!   answers `OOM` to a script whose first write adds data (Redis 7, measured by the test
+//!   `a_full_redis_refuses_writes_retryably_and_keeps_records_whole`): a claim of a free
+//!   key is refused before the call (nothing written; the message goes back to the queue
+//!   and, after `maxReceiveCount` deliveries, to the dead-letter queue), and so is a
+//!   **completion**: the call has run and been paid for, and its result cannot be stored.
+//!   `OOM` is retryable, so the engine retries the completion until the lease's cut-off
+//!   (memory frees as records expire); if it stays full, the function's value is still
+//!   returned (`Outcome::ExecutedUnstored`, logged `RESULT LOST`), the record stays in
+//!   progress until its lease ends, and a later delivery runs the function again. Reads
+//!   work, a release (a `DEL`) works, and a claim over a claimable record (the script
+//!   deletes it first) is written. Alert on `used_memory` well before `maxmemory`.
 //! - **Failover.** Replication is asynchronous: a claim or completion acknowledged by a
 //!   primary that fails before its replica copied it is lost, and a duplicate delivered
 //!   after the failover runs again. Where one extra run after a failover is not
@@ -177,6 +189,10 @@ enum Connection {
 
 struct Inner {
     target: Target,
+    /// Where it connects, for errors and `Debug`: `host:port`, or a cluster's nodes.
+    servers: Option<String>,
+    /// Whether the URL holds a password (`Debug` says so, never shows it).
+    password: bool,
     /// The connection and its generation, if one is open. A plain mutex: held only to
     /// copy or swap the value.
     current: Mutex<Option<(u64, Connection)>>,
@@ -199,9 +215,21 @@ impl fmt::Debug for RedisStore {
             Target::Node(_) => "node",
             Target::Cluster(_) => "cluster",
         };
-        f.debug_struct("RedisStore")
-            .field("target", &target)
-            .field("key_prefix", &self.key_prefix)
+        struct Redacted;
+        impl fmt::Debug for Redacted {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("<redacted>")
+            }
+        }
+        let mut d = f.debug_struct("RedisStore");
+        d.field("target", &target)
+            .field("servers", &self.inner.servers);
+        // Only whether there is one.
+        if self.inner.password {
+            d.field("password", &Redacted);
+        }
+        d.field("key_prefix", &self.key_prefix)
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -239,6 +267,19 @@ impl RedisStore {
         U: redis::IntoConnectionInfo,
     {
         install_crypto_provider();
+        let nodes = nodes
+            .into_iter()
+            .map(|node| node.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(store_error)?;
+        let servers = nodes
+            .iter()
+            .map(|node| node.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let password = nodes
+            .iter()
+            .any(|n| n.redis_settings().password().is_some());
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             // Enough for a redirect and a reconnect; the engine retries the rest within
             // the lease, knowing the deadline.
@@ -247,32 +288,37 @@ impl RedisStore {
             .response_timeout(DEFAULT_REQUEST_TIMEOUT)
             .build()
             .map_err(store_error)?;
-        Self::from_cluster_client(client).await
+        Self::open(Target::Cluster(client), Some(servers), password).await
     }
 
     /// A store on one node through a client you built (TLS certificates of your own,
     /// say), connected now.
     pub async fn from_client(client: redis::Client) -> Result<Self, Error> {
-        Self::open(Target::Node(client)).await
+        let info = client.get_connection_info();
+        let servers = info.addr().to_string();
+        let password = info.redis_settings().password().is_some();
+        Self::open(Target::Node(client), Some(servers), password).await
     }
 
     /// A store on a cluster through a client you built, connected now. Give it few
     /// retries: the engine retries within the lease.
     pub async fn from_cluster_client(client: ClusterClient) -> Result<Self, Error> {
-        Self::open(Target::Cluster(client)).await
+        Self::open(Target::Cluster(client), None, false).await
     }
 
-    async fn open(target: Target) -> Result<Self, Error> {
+    async fn open(target: Target, servers: Option<String>, password: bool) -> Result<Self, Error> {
         let store = Self {
             inner: Arc::new(Inner {
                 target,
+                servers,
+                password,
                 current: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(0),
             }),
             key_prefix: String::new(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         };
-        store.connection().await.map_err(store_error)?;
+        store.connection().await?;
         Ok(store)
     }
 
@@ -304,10 +350,12 @@ impl RedisStore {
     /// routed by its key, for a cluster), bounded by the request timeout. For health
     /// checks and diagnostics.
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
-        self.send(cmd).await.map_err(store_error)
+        self.send(cmd).await?.map_err(store_error)
     }
 
-    async fn send(&self, cmd: &Cmd) -> Result<Value, RedisError> {
+    /// Sends `cmd`: the outer error is a failed connect (already an [`Error`] naming the
+    /// server), the inner one the request's.
+    async fn send(&self, cmd: &Cmd) -> Result<Result<Value, RedisError>, Error> {
         let (generation, connection) = self.connection().await?;
         let mut in_flight = InFlight {
             store: self,
@@ -334,11 +382,32 @@ impl RedisStore {
         {
             self.forget(generation);
         }
-        result
+        Ok(result)
     }
 
     /// The open connection, or a new one.
-    async fn connection(&self) -> Result<(u64, Connection), RedisError> {
+    async fn connection(&self) -> Result<(u64, Connection), Error> {
+        self.connection_or_driver_error()
+            .await
+            .map_err(|source| self.connect_error(source))
+    }
+
+    /// A failed connect: retryable as the driver's error is, naming the server.
+    fn connect_error(&self, source: RedisError) -> Error {
+        let target = match (&self.inner.target, &self.inner.servers) {
+            (Target::Node(_), Some(servers)) => format!("Redis at {servers}"),
+            (Target::Node(_), None) => "Redis".to_owned(),
+            (Target::Cluster(_), Some(servers)) => format!("the Redis cluster at {servers}"),
+            (Target::Cluster(_), None) => "the Redis cluster".to_owned(),
+        };
+        Error::store(
+            BACKEND,
+            is_retryable(&source),
+            ConnectError { target, source },
+        )
+    }
+
+    async fn connection_or_driver_error(&self) -> Result<(u64, Connection), RedisError> {
         if let Some(open) = self.current().clone() {
             return Ok(open);
         }
@@ -394,10 +463,13 @@ impl RedisStore {
             cmd.arg(script).arg(1).arg(key).arg(args);
             cmd
         };
-        match self.send(&command("EVALSHA", lua.script.get_hash())).await {
+        match self
+            .send(&command("EVALSHA", lua.script.get_hash()))
+            .await?
+        {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
                 .send(&command("EVAL", lua.body))
-                .await
+                .await?
                 .map_err(store_error),
             other => other.map_err(store_error),
         }
@@ -558,12 +630,63 @@ fn malformed(id: &str, what: &str) -> Error {
     )
 }
 
+/// A reply of a shape the store does not expect: named by its type and size, never its
+/// content (it may hold a stored result, which must not land in logs).
 fn unexpected(id: &str, reply: &Value) -> Error {
     Error::store(
         BACKEND,
         false,
-        format!("unexpected reply for idempotency record {id:?}: {reply:?}"),
+        format!(
+            "unexpected reply for idempotency record {id:?}: {}",
+            ReplyShape(reply)
+        ),
     )
+}
+
+/// A reply's type and size, without its content.
+struct ReplyShape<'a>(&'a Value);
+
+impl fmt::Display for ReplyShape<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Value::Nil => f.write_str("nil"),
+            Value::Int(_) => f.write_str("an integer"),
+            Value::Okay => f.write_str("OK"),
+            Value::BulkString(b) => write!(f, "a bulk string of {} bytes", b.len()),
+            Value::SimpleString(s) => write!(f, "a simple string of {} bytes", s.len()),
+            Value::Array(items) => {
+                write!(f, "an array of {} elements", items.len())?;
+                let kinds: Vec<String> = items.iter().map(|i| ReplyShape(i).to_string()).collect();
+                if !kinds.is_empty() && kinds.len() <= 4 {
+                    write!(f, " ({})", kinds.join(", "))?;
+                }
+                Ok(())
+            }
+            Value::Map(pairs) => write!(f, "a map of {} entries", pairs.len()),
+            Value::Set(items) => write!(f, "a set of {} elements", items.len()),
+            Value::ServerError(_) => f.write_str("an error reply"),
+            _ => f.write_str("a value of another RESP3 type"),
+        }
+    }
+}
+
+/// A connect that failed: names the server; the driver's error is the source.
+#[derive(Debug)]
+struct ConnectError {
+    target: String,
+    source: RedisError,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to {}: {}", self.target, self.source)
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// Whether the connection that answered `err` may be unusable: its socket failed, it
@@ -580,16 +703,25 @@ fn breaks_connection(err: &RedisError) -> bool {
 }
 
 /// Maps a driver error to [`Error::Store`], keeping it as the source (downcast it to
-/// [`redis::RedisError`]). Retryable: the connection dropped, refused or timed out, and
-/// the server's transient answers (`TRYAGAIN`, `LOADING`, `CLUSTERDOWN`, `MASTERDOWN`,
-/// `READONLY` after a failover, redirects the cluster client gave up on).
+/// [`redis::RedisError`]; a failed connect's source is a message naming the server, whose
+/// `source()` is the `RedisError`). Retryable: the connection dropped, refused or timed
+/// out, and the server's transient answers (`TRYAGAIN`, `LOADING`, `CLUSTERDOWN`,
+/// `MASTERDOWN`, `READONLY` after a failover, redirects the cluster client gave up on,
+/// `BUSY` while another client's script runs, `OOM` from a full server under
+/// `noeviction`: memory frees as records expire).
 fn store_error(err: RedisError) -> Error {
+    Error::store(BACKEND, is_retryable(&err), err)
+}
+
+/// Whether a later attempt of the same request may succeed.
+fn is_retryable(err: &RedisError) -> bool {
     // A certificate or protocol the client refuses fails the same way every time.
     let refused = err.is_io_error()
-        && (matches!(err.retry_method(), redis::RetryMethod::NoRetry) || invalid_data(&err));
+        && (matches!(err.retry_method(), redis::RetryMethod::NoRetry) || invalid_data(err));
     // A dropped, refused or timed-out connection is an I/O error.
-    let retryable = !refused
+    !refused
         && (err.is_io_error()
+            || matches!(err.code(), Some("BUSY" | "OOM"))
             || matches!(
                 err.kind(),
                 ErrorKind::Server(
@@ -601,8 +733,7 @@ fn store_error(err: RedisError) -> Error {
                         | ServerErrorKind::Moved
                         | ServerErrorKind::Ask
                 ) | ErrorKind::ClusterConnectionNotFound
-            ));
-    Error::store(BACKEND, retryable, err)
+            ))
 }
 
 /// Whether `err` holds a TLS refusal (an untrusted or mismatched certificate, a protocol
@@ -831,6 +962,47 @@ mod tests {
         ] {
             let text = err.to_string();
             assert_eq!(store_error(err).is_retryable(), retryable, "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unexpected_reply_names_its_shape_never_the_stored_data() {
+        let secret = "the model's stored answer: 4111 1111 1111 1111";
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let hash = Value::Array(
+            ["status", "COMPLETED", "expiration", "5", "data", secret]
+                .map(bulk)
+                .to_vec(),
+        );
+        let odd = Value::Array(
+            ["status", "COMPLETED", "data", secret, "x"]
+                .map(bulk)
+                .to_vec(),
+        );
+        let errors = [
+            claim_outcome(
+                "k",
+                Value::Array(vec![Value::Int(1), hash.clone(), Value::Nil]),
+            ),
+            claim_outcome("k", Value::Array(vec![hash.clone()])),
+            claim_outcome("k", bulk(secret)),
+            claim_outcome("k", Value::Array(vec![Value::Int(1), odd.clone()])),
+            fenced("k", bulk(secret)).map(|()| ClaimOutcome::Vanished),
+            fields("k", odd).map(|_| ClaimOutcome::Vanished),
+        ];
+        for result in errors {
+            let err = result.expect_err("an unexpected reply");
+            let Error::Store { source, .. } = &err else {
+                panic!("{err:?}")
+            };
+            for text in [source.to_string(), format!("{err:?}")] {
+                assert!(!text.contains("4111"), "the stored data leaked: {text}");
+                assert!(
+                    text.contains("unexpected reply")
+                        && (text.contains("an array of") || text.contains("a bulk string of")),
+                    "names the reply's type and size: {text}"
+                );
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::store::epoch_millis;
-use lambda_idempotency::{FailureKind, Idempotency, MemoryStore};
+use lambda_idempotency::{FailureKind, Idempotency, MemoryStore, Outcome};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
@@ -82,6 +82,10 @@ async fn main() {
                     Ok(d) if d.called_model => {
                         format!("called the model: {}", answer(&d.completion))
                     }
+                    Ok(d) if d.outcome == Outcome::Joined => format!(
+                        "waited for its twin in this batch, no model call: {}",
+                        answer(&d.completion)
+                    ),
                     Ok(d) => format!(
                         "replayed the stored result, no model call: {}",
                         answer(&d.completion)

@@ -5,8 +5,8 @@ use crate::provider::ModelClient;
 use crate::request::{ChatRequest, InvalidRequest};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_idempotency::{
-    BatchReport, DynamoDbStore, Idempotency, KeyStrategy, MemoryStore, Operation, SqsBatch,
-    idempotent,
+    BatchReport, DynamoDbStore, Idempotency, InvalidBody, KeyStrategy, MemoryStore, Operation,
+    Outcome, SqsBatch, idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::Value;
@@ -15,8 +15,11 @@ use tracing::info;
 /// What one delivery did.
 #[derive(Debug, Clone)]
 pub struct Delivery {
-    /// Whether this delivery called the model (false: the stored completion was replayed).
+    /// Whether this delivery called the model (false: the stored completion was replayed,
+    /// or a twin in the same batch called it).
     pub called_model: bool,
+    /// How the delivery was answered.
+    pub outcome: Outcome,
     /// The provider's response.
     pub completion: Value,
 }
@@ -118,15 +121,21 @@ impl Worker {
         self.batch
             .report_json(event, |request: ChatRequest, message| async move {
                 if let Some(problem) = request.problem() {
-                    return Err(InvalidRequest {
+                    // Permanent, as a body that does not parse: `FailureKind::MalformedBody`.
+                    let invalid = InvalidRequest {
                         message_id: message.message_id.unwrap_or_default(),
                         problem,
+                    };
+                    return Err(InvalidBody {
+                        reason: invalid.to_string(),
+                        message_id: invalid.message_id,
                     }
                     .into());
                 }
                 let (completion, outcome) = self.complete_with_outcome(request).await?;
                 Ok::<_, Error>(Delivery {
                     called_model: outcome.ran(),
+                    outcome,
                     completion,
                 })
             })

@@ -74,6 +74,33 @@ pub async fn engine_replays_without_running<S: IdempotencyStore + 'static>(store
         1,
         "the function ran once"
     );
+
+    // The result type changed since the result was stored: a permanent, named failure,
+    // and the function does not run again.
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Grown {
+        #[allow(dead_code)]
+        text: String,
+    }
+    let changed = idempotency
+        .execute(&op, &payload, || async {
+            Ok::<_, Error>(Grown {
+                text: "again".into(),
+            })
+        })
+        .await;
+    match changed {
+        Err(ExecuteError::Idempotency(e @ Error::StoredResultIncompatible { .. })) => {
+            assert!(e.is_permanent());
+            assert!(e.to_string().contains("#[serde(default)]"), "{e}");
+            let cause = crate::report(&e);
+            assert!(cause.contains("invalid type"), "the serde error: {cause}");
+            assert!(!cause.contains("[1,2,3]"), "never the stored data: {cause}");
+        }
+        other => {
+            panic!("an unreadable stored result must be StoredResultIncompatible, got {other:?}")
+        }
+    }
 }
 
 /// The engine over `store` under every fault between the store and its caller, each

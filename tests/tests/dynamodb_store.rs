@@ -212,7 +212,8 @@ async fn a_missing_table_is_a_clear_non_retryable_store_error() {
                 retryable: false, ..
             },
         ) => {
-            assert!(e.to_string().contains("ResourceNotFound"), "{e}");
+            let chain = lambda_idempotency::report(&e);
+            assert!(chain.contains("ResourceNotFound"), "{chain}");
         }
         other => panic!("expected a non-retryable store error, got {other:?}"),
     }

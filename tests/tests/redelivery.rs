@@ -118,6 +118,42 @@ async fn a_producers_duplicate_send_calls_the_provider_once(backend: Backend) {
     assert_eq!(s.provider.completion_calls(), 1);
 }
 
+async fn both_copies_of_a_send_in_one_batch_wait_for_one_slow_call(backend: Backend) {
+    // The producer's re-send lands next to the original, and the model takes 2 s: the
+    // copy waits for its twin in the same invocation instead of being handed back to SQS.
+    let s = setup(backend, "twins-in-a-batch").await;
+    s.provider.set_delay(Duration::from_secs(2));
+    s.store.reset_requests();
+    let started = std::time::Instant::now();
+    let response = s.worker.handle(deliver(PRODUCER_DUPLICATE)).await.unwrap();
+    assert!(failures(&response).is_empty(), "both acked: {response:?}");
+    assert_eq!(
+        s.provider.completion_calls(),
+        1,
+        "one call in the provider's log"
+    );
+    assert_eq!(
+        (s.store.requests(StoreOp::Claim), s.store.total_requests()),
+        (1, 2),
+        "one claim and one completion: the twin asked the store nothing"
+    );
+    // Both settled with the call, long before an 8 s visibility timeout could pass.
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = s.worker.process(deliver(PRODUCER_DUPLICATE)).await;
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| matches!(&r.result, Ok(d) if !d.called_model)),
+        "a later delivery of both is replayed"
+    );
+    assert_eq!(s.provider.completion_calls(), 1);
+}
+
 async fn requests_without_an_id_that_hash_alike_call_the_provider_once(backend: Backend) {
     let s = setup(backend, "hash-alike").await;
     for record in [0, 1] {
@@ -398,6 +434,7 @@ macro_rules! per_store {
 per_store!(
     the_same_message_delivered_twice_calls_the_provider_once,
     a_producers_duplicate_send_calls_the_provider_once,
+    both_copies_of_a_send_in_one_batch_wait_for_one_slow_call,
     requests_without_an_id_that_hash_alike_call_the_provider_once,
     a_redelivery_during_the_call_is_handed_back_then_replayed,
     a_lost_acknowledgement_replays_the_whole_batch,

@@ -210,7 +210,7 @@ impl Idempotency {
                 Err(ExecuteError::Idempotency(Error::LeaseLost { key }))
             }
             Err(err) => {
-                error!(error = %err, lease_until = ?claim.lease_until, "RESULT LOST: the function ran but its result could not be stored; the record stays in progress until its lease ends, and a later delivery will run the function again");
+                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "RESULT LOST: the function ran but its result could not be stored; the record stays in progress until its lease ends, and a later delivery will run the function again");
                 Ok((value, Outcome::ExecutedUnstored))
             }
         }
@@ -228,7 +228,7 @@ impl Idempotency {
         match released {
             Ok(()) => info!(reason = why, "released the claim"),
             Err(err) => {
-                warn!(reason = why, error = %err, "could not release the claim; it will be taken over when its lease ends")
+                warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; it will be taken over when its lease ends")
             }
         }
     }

@@ -333,11 +333,12 @@ impl<E: fmt::Display> fmt::Display for ExecuteError<E> {
     }
 }
 
+/// Transparent: the inner error's `Display` and its `source()`, so no cause prints twice.
 impl<E: StdError + 'static> StdError for ExecuteError<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            ExecuteError::Idempotency(e) => Some(e),
-            ExecuteError::Function(e) => Some(e),
+            ExecuteError::Idempotency(e) => e.source(),
+            ExecuteError::Function(e) => e.source(),
         }
     }
 }
@@ -421,6 +422,19 @@ mod tests {
             "{}",
             report(&err)
         );
+    }
+
+    #[test]
+    fn execute_error_is_transparent() {
+        let inner = Error::store("redis", true, Layer("refused", None));
+        let err: ExecuteError<Layer> = ExecuteError::Idempotency(inner);
+        assert_eq!(
+            report(&err),
+            "redis idempotency store error (retryable): refused"
+        );
+        let err: ExecuteError<Layer> =
+            ExecuteError::Function(Layer("a", Some(Box::new(Layer("b", None)))));
+        assert_eq!(report(&err), "a: b");
     }
 
     #[test]

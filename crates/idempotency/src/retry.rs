@@ -51,7 +51,7 @@ impl Idempotency {
                     if clock::add(self.now(), sleep) >= cutoff {
                         return Err(err);
                     }
-                    warn!(error = %err, attempt, "store request failed; retrying");
+                    warn!(error = %crate::error::report(&err), attempt, "store request failed; retrying");
                     tokio::time::sleep(sleep).await;
                     backoff = (backoff * 2).min(config::MAX_BACKOFF);
                     attempt += 1;

@@ -207,7 +207,7 @@ impl DynamoDbStore {
                     Some(old) if !old.is_empty() => match self.parse(&old) {
                         Ok(previous) => Some(previous),
                         Err(err) => {
-                            tracing::warn!(error = %err, "claimed over an item that is not an idempotency record");
+                            tracing::warn!(error = %crate::error::report(&err), "claimed over an item that is not an idempotency record");
                             None
                         }
                     },

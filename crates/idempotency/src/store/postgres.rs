@@ -807,7 +807,7 @@ impl PostgresStore {
                 let previous = old.and_then(|old| match self.parse(old, 1, &claim.id) {
                     Ok(previous) => Some(previous),
                     Err(err) => {
-                        tracing::warn!(error = %err, "claimed over a row that is not a valid idempotency record");
+                        tracing::warn!(error = %crate::error::report(&err), "claimed over a row that is not a valid idempotency record");
                         None
                     }
                 });

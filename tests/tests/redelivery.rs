@@ -290,7 +290,7 @@ async fn the_same_key_with_a_different_payload_is_refused(backend: Backend) {
         ))
         .await;
     let failure = report.records[0].result.as_ref().expect_err("refused");
-    assert_eq!(failure.kind, FailureKind::Error);
+    assert_eq!(failure.kind, FailureKind::Rejected);
     assert!(
         failure
             .reason

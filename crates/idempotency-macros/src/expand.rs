@@ -393,14 +393,39 @@ fn names_self(tokens: TokenStream) -> bool {
     })
 }
 
+/// With the default operation: a unit struct beside the function that proves it is
+/// declared in a module, named so that the compiler's error says what to do. A struct is
+/// refused in an `impl` (an associated function without `self`). Beside a function nested
+/// in another function's body it is local to that body: the body's
+/// `let _: self::Marker = Marker;` (see [`gen_block`]) then finds no `self::Marker`, or
+/// the module's marker of a function of the same name, another type. Either way the
+/// default, which `module_path!()` could not tell apart, is refused at compile time.
+fn default_marker(plan: &Plan) -> Option<Ident> {
+    (plan.operation.is_none() && plan.key_prefix.is_none()).then(|| {
+        format_ident!(
+            "{}_needs_an_operation_argument_unless_declared_in_a_module",
+            plan.sig.ident.unraw(),
+            span = plan.sig.ident.span()
+        )
+    })
+}
+
 /// The function, and with `with_outcome` its companion.
 fn gen_function(plan: &Plan) -> TokenStream {
     let Plan {
         attrs, vis, sig, ..
     } = plan;
+    let marker = default_marker(plan).map(|marker| {
+        quote_spanned! {marker.span()=>
+            #[doc(hidden)]
+            #[allow(non_camel_case_types, dead_code)]
+            struct #marker;
+        }
+    });
     let Some(companion) = &plan.companion else {
         let body = gen_body(plan);
         return quote! {
+            #marker
             #(#attrs)*
             #vis #sig {
                 #body
@@ -444,6 +469,7 @@ fn gen_function(plan: &Plan) -> TokenStream {
     let other_attrs = attrs.iter().filter(|attr| !attr.path().is_ident("doc"));
     let body = gen_body(plan);
     quote! {
+        #marker
         #(#attrs)*
         // Only the companion may be called.
         #[allow(dead_code)]
@@ -480,26 +506,24 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
         ..
     } = plan;
     // The default is `module_path!()` and the function's name, both text the language
-    // keeps. Methods were refused in `check`; the `use` proves that the function is an item
-    // of its module (not an associated function of an impl, nor a function nested in
-    // another's body, which `module_path!()` would not tell apart), at the function's name.
-    let (check, name) = match (&plan.operation, &plan.key_prefix) {
-        (Some(name), _) => (quote! {}, quote! { #name }),
-        // The prefix replaces the operation in stored ids: the name is only for logs.
-        (None, Some(_)) => {
+    // keeps. Methods were refused in `check`; the `use` of the marker item proves that the
+    // function is declared in its module (see [`default_marker`]).
+    let (check, name) = match (&plan.operation, &plan.key_prefix, default_marker(plan)) {
+        (Some(name), _, _) => (quote! {}, quote! { #name }),
+        (None, None, Some(marker)) => {
             let text = plan.sig.ident.unraw().to_string();
-            (quote! {}, quote! { #text })
-        }
-        (None, None) => {
-            let ident = &plan.sig.ident;
-            let text = ident.unraw().to_string();
             (
-                quote_spanned! {ident.span()=>
-                    #[allow(unused_imports)]
-                    use self::#ident as _;
+                quote_spanned! {marker.span()=>
+                    #[allow(unused_qualifications)]
+                    let _: self::#marker = #marker;
                 },
                 quote! { ::core::concat!(::core::module_path!(), "::", #text) },
             )
+        }
+        // The prefix replaces the operation in stored ids: the name is only for logs.
+        (None, _, _) => {
+            let text = plan.sig.ident.unraw().to_string();
+            (quote! {}, quote! { #text })
         }
     };
     let key = option_lit(plan.key.as_ref());

@@ -58,10 +58,14 @@ use proc_macro::TokenStream;
 ///
 /// Methods need `operation = "..."` (or `key_prefix`): a default would include the type's
 /// name, which only `std::any::type_name` gives, and its text is no promise from one
-/// compiler to the next. So do functions declared inside another function's body and
-/// associated functions without `self` (the compiler then reports `unresolved import` at
-/// the function's name: the check that it is an item of its module). Pin `operation` (or
-/// `key_prefix`) anyway where the function may move.
+/// compiler to the next. So do functions declared inside another function's body (a
+/// doctest without its own `fn main` is one) and associated functions without `self`: the
+/// macro declares a hidden item `<name>_needs_an_operation_argument_unless_declared_in_a_module`
+/// beside the function, and the compiler's error names it (a struct "not supported in
+/// `impl`s", "cannot find type … in module `self`", or "mismatched types"). One shape
+/// `module_path!()` cannot tell apart is left: a `mod` declared inside a function's body,
+/// whose functions share the path of the same `mod` in another function. Pin `operation`
+/// (or `key_prefix`) anyway where the function may move.
 ///
 /// # `handle`, `key` and `validate`
 ///

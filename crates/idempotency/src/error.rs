@@ -120,6 +120,8 @@ pub enum Error {
         reason: String,
         /// Whether a later delivery may succeed (the twin's failure's own class).
         retryable: bool,
+        /// Whether no delivery can ever succeed (the twin's failure's own class).
+        permanent: bool,
     },
     /// The record kept changing between the conditional write and the read that followed.
     InconsistentState {
@@ -170,7 +172,7 @@ impl Error {
             | Error::ResultNotStored { .. }
             | Error::Serialization { .. }
             | Error::StoredResultIncompatible { .. } => true,
-            Error::TwinFailed { retryable, .. } => !*retryable,
+            Error::TwinFailed { permanent, .. } => *permanent,
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
@@ -472,8 +474,20 @@ mod tests {
                     key: key(),
                     reason: "x".into(),
                     retryable: false,
+                    permanent: true,
                 },
                 true,
+                false,
+            ),
+            (
+                // A twin of a store error that is not retryable: not permanent either.
+                Error::TwinFailed {
+                    key: key(),
+                    reason: "x".into(),
+                    retryable: false,
+                    permanent: false,
+                },
+                false,
                 false,
             ),
             (
@@ -481,6 +495,7 @@ mod tests {
                     key: key(),
                     reason: "x".into(),
                     retryable: true,
+                    permanent: false,
                 },
                 false,
                 true,

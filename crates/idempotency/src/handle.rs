@@ -3,7 +3,7 @@
 use crate::cache::CompletedCache;
 use crate::clock::Clock;
 use crate::config::{self, Config};
-use crate::engine::{Claimed, check_validation, decode};
+use crate::engine::{Claimed, decode};
 use crate::error::report;
 use crate::error::{Error, ExecuteError};
 use crate::invocation;
@@ -312,13 +312,17 @@ impl Idempotency {
                 let Some(in_flight) = &in_flight else {
                     break None;
                 };
+                if twins::encloses(handle, &id) {
+                    // Nested in the call with its own id: the store answers (in progress).
+                    break None;
+                }
                 match in_flight.enter(handle, &id, validation.as_deref()) {
                     Entered::First(running) => break Some(running),
+                    // Another payload under the key: the store judges it against the
+                    // record, never against a sibling that may itself be the stray one.
+                    Entered::Twin(twin) if twin.validation != validation => break None,
                     Entered::Twin(twin) => {
-                        if let Some(answer) = self
-                            .join_twin(&id, validation.as_deref(), twin, deadline)
-                            .await
-                        {
+                        if let Some(answer) = self.join_twin(&id, twin, deadline).await {
                             return answer;
                         }
                     }
@@ -333,7 +337,10 @@ impl Idempotency {
                 Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),
                 Ok(Claimed::Cached(value)) => Ok((value, Outcome::ReplayedFromCache)),
                 Ok(Claimed::Run { claim, took_over }) => {
-                    let result = f().await;
+                    let result = match &running {
+                        Some(_) => twins::enclosed_by(handle, &id, f()).await,
+                        None => f().await,
+                    };
                     self.finish(&claim, result, took_over).await
                 }
             };
@@ -351,17 +358,13 @@ impl Idempotency {
     async fn join_twin<T, E>(
         &self,
         id: &str,
-        validation: Option<&str>,
         twin: Twin,
         deadline: Option<SystemTime>,
     ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
     where
         T: DeserializeOwned,
     {
-        if let Err(e) = check_validation(id, twin.validation.as_deref(), validation) {
-            return Some(Err(ExecuteError::Idempotency(e)));
-        }
-        info!("a twin of this call is running in this process: waiting for its result");
+        info!("a twin of this record is running in this batch: waiting for its result");
         let settled = match deadline {
             Some(deadline) => {
                 let left = deadline.duration_since(self.now()).unwrap_or_default();
@@ -383,13 +386,16 @@ impl Idempotency {
                     lease_expires,
                 }))
             }
-            Settled::Failed { reason, retryable } => {
-                Err(ExecuteError::Idempotency(Error::TwinFailed {
-                    key: key(),
-                    reason: reason.to_string(),
-                    retryable,
-                }))
-            }
+            Settled::Failed {
+                reason,
+                retryable,
+                permanent,
+            } => Err(ExecuteError::Idempotency(Error::TwinFailed {
+                key: key(),
+                reason: reason.to_string(),
+                retryable,
+                permanent,
+            })),
         })
     }
 }
@@ -404,6 +410,7 @@ fn settled<T: Serialize, E: fmt::Display>(
             Err(e) => Settled::Failed {
                 reason: format!("its result does not serialize: {e}").into(),
                 retryable: false,
+                permanent: true,
             },
         },
         Err(ExecuteError::Idempotency(Error::AlreadyInProgress { lease_expires, .. })) => {
@@ -412,11 +419,14 @@ fn settled<T: Serialize, E: fmt::Display>(
         Err(ExecuteError::Idempotency(e)) => Settled::Failed {
             reason: report(e).into(),
             retryable: e.is_retryable(),
+            permanent: e.is_permanent(),
         },
-        // The function's own failure: a later delivery may succeed.
+        // The function's own failure: a later delivery may succeed. `{:#}` prints the
+        // causes of errors that print them so (anyhow); `E` need not be an `Error`.
         Err(ExecuteError::Function(e)) => Settled::Failed {
-            reason: e.to_string().into(),
+            reason: format!("{e:#}").into(),
             retryable: true,
+            permanent: false,
         },
     }
 }

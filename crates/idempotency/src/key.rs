@@ -63,6 +63,14 @@ impl KeyStrategy {
         Self::pointer_unchecked(pointer.into()).or_panic()
     }
 
+    /// Like [`pointer`](Self::pointer), returning [`Error::InvalidName`] instead of
+    /// panicking: for a pointer read at run time.
+    pub fn try_pointer(pointer: impl Into<String>) -> Result<Self, Error> {
+        let strategy = Self::pointer_unchecked(pointer.into());
+        strategy.check()?;
+        Ok(strategy)
+    }
+
     pub(crate) fn pointer_unchecked(pointer: String) -> Self {
         KeyStrategy(Source::Pointer(pointer))
     }
@@ -86,6 +94,17 @@ impl KeyStrategy {
         S: Into<String>,
     {
         Self::hash_unchecked(fields.into_iter().map(Into::into).collect()).or_panic()
+    }
+
+    /// Like [`hash`](Self::hash), returning [`Error::InvalidName`] instead of panicking.
+    pub fn try_hash<I, S>(fields: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let strategy = Self::hash_unchecked(fields.into_iter().map(Into::into).collect());
+        strategy.check()?;
+        Ok(strategy)
     }
 
     pub(crate) fn hash_unchecked(fields: Vec<String>) -> Self {
@@ -514,6 +533,15 @@ mod tests {
             "KeyStrategy::pointer panics with the reason"
         );
         assert!(std::panic::catch_unwind(|| KeyStrategy::hash(["/a~"])).is_err());
+        assert!(matches!(
+            KeyStrategy::try_pointer("id"),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            KeyStrategy::try_hash(["/a~"]),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(KeyStrategy::try_pointer("/id").is_ok() && KeyStrategy::try_hash(["a"]).is_ok());
     }
 
     #[test]

@@ -132,7 +132,12 @@ where
             match run.await {
                 Ok((response, _)) => Ok(response),
                 Err(ExecuteError::Function(e)) => Err(e),
-                Err(ExecuteError::Idempotency(e)) => Err(e.into()),
+                Err(ExecuteError::Idempotency(e)) => {
+                    // The runtime reports only the error's `Display`, one layer: the log
+                    // line carries the whole chain. The error itself stays downcastable.
+                    tracing::warn!(error = %crate::error::report(&e), "idempotency refused or failed the invocation");
+                    Err(e.into())
+                }
             }
         })
     }

@@ -87,6 +87,18 @@ impl Operation {
             .or_panic()
     }
 
+    /// Like [`validate`](Self::validate), returning [`Error::InvalidName`] instead of
+    /// panicking.
+    pub fn try_validate<I, S>(self, fields: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let op = self.validate_unchecked(fields.into_iter().map(Into::into).collect());
+        op.check()?;
+        Ok(op)
+    }
+
     pub(crate) fn validate_unchecked(mut self, fields: Vec<String>) -> Self {
         self.validation = Some(fields);
         self
@@ -98,9 +110,19 @@ impl Operation {
     ///
     /// # Panics
     ///
-    /// If `prefix` is empty or contains `#`.
+    /// If `prefix` is empty or contains `#`. A prefix built from message data must use
+    /// [`try_key_prefix`](Self::try_key_prefix): its error is a permanent failure of that
+    /// message, where a panic would be retried until the dead-letter queue.
     pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
         self.key_prefix_unchecked(prefix.into()).or_panic()
+    }
+
+    /// Like [`key_prefix`](Self::key_prefix), returning [`Error::InvalidName`] instead of
+    /// panicking: for a prefix built at run time (per tenant, say).
+    pub fn try_key_prefix(self, prefix: impl Into<String>) -> Result<Self, Error> {
+        let op = self.key_prefix_unchecked(prefix.into());
+        op.check()?;
+        Ok(op)
     }
 
     pub(crate) fn key_prefix_unchecked(mut self, prefix: String) -> Self {
@@ -259,6 +281,22 @@ mod tests {
         assert!(
             std::panic::catch_unwind(|| Operation::new("a#b", KeyStrategy::field("id"))).is_err()
         );
+        let op = || Operation::new("op", KeyStrategy::field("id"));
+        assert!(matches!(
+            op().try_key_prefix("t#1"),
+            Err(Error::InvalidName {
+                what: "key prefix",
+                ..
+            })
+        ));
+        assert!(matches!(
+            op().try_validate(["/x~"]),
+            Err(Error::InvalidName {
+                what: "validation field",
+                ..
+            })
+        ));
+        assert!(op().try_key_prefix("tenant-1").is_ok() && op().try_validate(["/x"]).is_ok());
         assert!(check_function_name("fn.name").is_err());
         assert!(check_function_name("fn#name").is_err());
         assert!(check_function_name("").is_err());

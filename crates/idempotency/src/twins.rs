@@ -18,12 +18,40 @@ pub(crate) enum Settled {
     Value(Arc<str>),
     /// Another worker held the key: the twin is in progress elsewhere too.
     InProgress(std::time::SystemTime),
-    /// It failed: the twin answers with the same failure.
-    Failed { reason: Arc<str>, retryable: bool },
+    /// It failed: the twin answers with the same failure, of the same class.
+    Failed {
+        reason: Arc<str>,
+        retryable: bool,
+        permanent: bool,
+    },
 }
 
 tokio::task_local! {
     static IN_FLIGHT: Arc<InFlight>;
+    /// The calls whose function is running around this future, by handle and id: a call
+    /// nested in one with its own id (a shared `key_prefix`, a recursion) is no twin, it
+    /// would wait for its own caller.
+    static ENCLOSING: Arc<Vec<(usize, String)>>;
+}
+
+/// Whether `id` of `handle` is a call that encloses the current future.
+pub(crate) fn encloses(handle: usize, id: &str) -> bool {
+    ENCLOSING
+        .try_with(|ids| ids.iter().any(|(h, i)| *h == handle && i == id))
+        .unwrap_or(false)
+}
+
+/// Runs `fut`, the function of the call to `id`, as enclosed by that call.
+pub(crate) async fn enclosed_by<F: std::future::Future>(
+    handle: usize,
+    id: &str,
+    fut: F,
+) -> F::Output {
+    let mut ids = ENCLOSING
+        .try_with(|ids| ids.as_ref().clone())
+        .unwrap_or_default();
+    ids.push((handle, id.to_owned()));
+    ENCLOSING.scope(Arc::new(ids), fut).await
 }
 
 /// Runs `fut` (a batch invocation's records) with one registry of running calls.

@@ -1,7 +1,7 @@
 //! SQS batch processing from fixture events, as Lambda delivers them.
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use lambda_idempotency::store::faulty::FaultyStore;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::{IdempotencyStore, StoreOp};
 use lambda_idempotency::{
     BatchError, BatchReport, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore,
@@ -682,5 +682,105 @@ async fn the_deadline_margin_is_the_one_configured() {
     assert_eq!(
         report.records[0].result.as_ref().unwrap_err().kind,
         FailureKind::Unfinished
+    );
+}
+
+#[tokio::test]
+async fn a_nested_call_with_its_callers_id_is_in_progress_not_a_twin_waiting_forever() {
+    // Two operations sharing a `key_prefix` share ids: the inner call, made from inside
+    // the outer one, must not wait for its own caller.
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let outer = Operation::new("outer", KeyStrategy::field("id")).key_prefix("orders");
+    let inner = Operation::new("inner", KeyStrategy::field("id")).key_prefix("orders");
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "m1", "body": r#"{"id": "a"}"#},
+    ]}))
+    .unwrap();
+    let sqs = SqsBatch::new();
+    let batch = sqs.report_json(
+        LambdaEvent::new(event, Context::default()),
+        |body: Value, _| {
+            let (idempotency, outer, inner) = (&idempotency, &outer, &inner);
+            async move {
+                idempotency
+                    .run(outer, &body, || async {
+                        idempotency
+                            .run(inner, &body, || async { Ok::<_, lambda_runtime::Error>(1) })
+                            .await
+                    })
+                    .await
+            }
+        },
+    );
+    let report = tokio::time::timeout(Duration::from_secs(5), batch)
+        .await
+        .expect("the nested call answers instead of waiting for its caller");
+    let failure = report.records[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::InProgress, "{}", failure.reason);
+}
+
+#[tokio::test]
+async fn a_stray_payload_first_in_the_batch_never_costs_the_genuine_resend_its_replay() {
+    // The store holds P's result. The batch holds a stray Q (same key, other prompt), then
+    // P again: P is judged by the store (a replay), not against Q.
+    let store = FaultyStore::new(MemoryStore::new());
+    let idempotency = Idempotency::new(store.clone());
+    let op = Operation::new("job", KeyStrategy::field("id")).validate(["prompt"]);
+    let p = json!({"id": "same", "prompt": "hi"});
+    let answer =
+        |body: Value| async move { Ok::<_, lambda_runtime::Error>(body["prompt"].clone()) };
+    idempotency
+        .run(&op, &p, || answer(p.clone()))
+        .await
+        .unwrap();
+    // Claims take a while, so P arrives while Q's claim is in flight.
+    store.inject(StoreOp::Claim, Fault::Slow(Duration::from_millis(100)), 2);
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "mq", "body": r#"{"id": "same", "prompt": "bye"}"#},
+        {"messageId": "mp", "body": r#"{"id": "same", "prompt": "hi"}"#},
+    ]}))
+    .unwrap();
+    let report = SqsBatch::new()
+        .report_json(
+            LambdaEvent::new(event, Context::default()),
+            |body: Value, _| {
+                let (idempotency, op) = (&idempotency, &op);
+                async move { idempotency.run(op, &body, || answer(body.clone())).await }
+            },
+        )
+        .await;
+    assert_eq!(
+        report.records[0].result.as_ref().unwrap_err().kind,
+        FailureKind::Rejected
+    );
+    assert_eq!(
+        report.records[1].result.as_ref().unwrap(),
+        "hi",
+        "P is replayed"
+    );
+}
+
+#[tokio::test]
+async fn a_twin_of_a_deployment_fault_is_not_a_permanent_failure() {
+    // A store error that is not retryable (a missing table, denied access) is no
+    // permanent failure of the message: nor is its twin's.
+    let store = FaultyStore::new(MemoryStore::new());
+    let handler = Handler::over(store.clone());
+    // A throttled first attempt (its backoff lets the twin arrive), then a refusal.
+    store.inject(StoreOp::Claim, Fault::Unavailable, 1);
+    store.inject(StoreOp::Claim, Fault::Rejected, 1);
+    let report = twins(
+        &handler,
+        include_str!("fixtures/sqs-duplicate-in-batch.json"),
+    )
+    .await;
+    assert_eq!(
+        kinds(&report),
+        vec![Err(FailureKind::Error), Err(FailureKind::Error)]
+    );
+    let reason = &report.records[1].result.as_ref().unwrap_err().reason;
+    assert!(
+        reason.contains("twin") && reason.contains("not retryable"),
+        "{reason}"
     );
 }

@@ -89,15 +89,34 @@ pub fn redact_url(url: &str) -> String {
             out.replace_range(start + colon + 1..start + at, REDACTED);
         }
     }
+    // `password=...` in a query string or a libpq key/value string, where spaces may
+    // surround `=` and a quoted value may hold `\'` (libpq's rules).
     let mut from = 0;
-    while let Some(found) = out[from..].to_ascii_lowercase().find("password=") {
-        let value = from + found + "password=".len();
+    while let Some(found) = out[from..].to_ascii_lowercase().find("password") {
+        let after = from + found + "password".len();
+        let rest = &out[after..];
+        let trimmed = rest.trim_start();
+        let Some(value_part) = trimmed.strip_prefix('=') else {
+            from = after;
+            continue;
+        };
+        let value = after
+            + (rest.len() - value_part.len())
+            + (value_part.len() - value_part.trim_start().len());
         let end = match out[value..].strip_prefix('\'') {
-            Some(quoted) => value + 1 + quoted.find('\'').map_or(quoted.len(), |q| q + 1),
+            Some(quoted) => {
+                let mut escaped = false;
+                let close = quoted.char_indices().find(|&(_, c)| {
+                    let closes = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    closes
+                });
+                value + 1 + close.map_or(quoted.len(), |(i, _)| i + 1)
+            }
             None => {
                 value
                     + out[value..]
-                        .find(['&', ' ', '#'])
+                        .find(|c: char| c == '&' || c == '#' || c.is_whitespace())
                         .unwrap_or(out.len() - value)
             }
         };
@@ -532,6 +551,15 @@ mod tests {
                 "host=h password=pw user=u",
                 "host=h password=<redacted> user=u",
             ),
+            (
+                "host=db user=worker password = pgpw-hunter2 dbname=app",
+                "host=db user=worker password = <redacted> dbname=app",
+            ),
+            (
+                r"host=db password='it\'s-hunter2' user=u",
+                "host=db password=<redacted> user=u",
+            ),
+            ("host=db passwordless=yes", "host=db passwordless=yes"),
             (
                 "host=h PASSWORD='a b' user=u",
                 "host=h PASSWORD=<redacted> user=u",

@@ -586,7 +586,7 @@ async fn a_missing_table_is_a_clear_permanent_error() {
     );
     let store = PostgresStore::connect(&postgres_url(), &name).unwrap();
     let err = store.get("x").await.unwrap_err();
-    let message = err.to_string();
+    let message = lambda_idempotency::report(&err);
     assert!(
         matches!(
             err,
@@ -719,7 +719,8 @@ async fn malformed_rows_are_clean_errors() {
             ),
             "{id}: {err:?}"
         );
-        assert!(err.to_string().contains("malformed"), "{err}");
+        let chain = lambda_idempotency::report(&err);
+        assert!(chain.contains("malformed"), "{chain}");
     }
     let huge = store.get("huge").await.unwrap().unwrap();
     assert_eq!(huge.expiration, from_epoch_secs(u64::MAX), "capped");

@@ -342,11 +342,13 @@ async fn postgres_prefer_with_roots_never_falls_back_to_plaintext() {
         .await
         .expect("the refusal is immediate");
     match connected {
-        Err(e) => assert!(
-            e.to_string().to_lowercase().contains("tls")
-                || e.to_string().to_lowercase().contains("ssl"),
-            "refused for declining TLS, not for something else: {e}"
-        ),
+        Err(e) => {
+            let chain = lambda_idempotency::report(&e).to_lowercase();
+            assert!(
+                chain.contains("tls") || chain.contains("ssl"),
+                "refused for declining TLS, not for something else: {chain}"
+            )
+        }
         Ok(()) => panic!("a server that declines TLS must be refused"),
     }
     let leaked = tokio::time::timeout(Duration::from_millis(500), password)

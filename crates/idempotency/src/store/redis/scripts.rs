@@ -1,0 +1,166 @@
+//! The Lua scripts, one file each under `scripts/` (its header lists its keys,
+//! arguments and answers), built once into [`Script`]s, and the calls that send them.
+
+use super::KEY_GRACE;
+use super::RedisStore;
+use super::error::store_error;
+use super::reply::{claim_outcome, fenced};
+use crate::error::Error;
+use crate::record::{Claim, epoch_millis, epoch_secs};
+use crate::store::ClaimOutcome;
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
+use std::sync::LazyLock;
+use std::time::SystemTime;
+
+/// Claims a record, returning the old one ([`claim_outcome`] reads the answer).
+const CLAIM_LUA: &str = include_str!("scripts/claim.lua");
+/// Completes a record if the lease token still matches ([`fenced`] reads the answer).
+const COMPLETE_LUA: &str = include_str!("scripts/complete.lua");
+/// Deletes a record if the lease token still matches ([`fenced`] reads the answer).
+const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+
+/// A script's body and its SHA-1, computed once.
+struct Lua {
+    body: &'static str,
+    script: LazyLock<Script>,
+}
+
+impl Lua {
+    const fn new(body: &'static str, script: fn() -> Script) -> Self {
+        Self {
+            body,
+            script: LazyLock::new(script),
+        }
+    }
+}
+
+static CLAIM: Lua = Lua::new(CLAIM_LUA, || Script::new(CLAIM_LUA));
+static COMPLETE: Lua = Lua::new(COMPLETE_LUA, || Script::new(COMPLETE_LUA));
+static RELEASE: Lua = Lua::new(RELEASE_LUA, || Script::new(RELEASE_LUA));
+
+impl RedisStore {
+    /// `EVALSHA`, and the script itself once if the server does not know it.
+    async fn eval(&self, lua: &Lua, key: &str, args: &[String]) -> Result<Value, Error> {
+        let command = |name: &str, script: &str| {
+            let mut cmd = redis::cmd(name);
+            // Every script takes one key, `KEYS[1]`: cluster-safe without hash tags.
+            cmd.arg(script).arg(1).arg(key).arg(args);
+            cmd
+        };
+        match self
+            .send(&command("EVALSHA", lua.script.get_hash()))
+            .await?
+        {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
+                .send(&command("EVAL", lua.body))
+                .await?
+                .map_err(store_error),
+            other => other.map_err(store_error),
+        }
+    }
+
+    pub(super) async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+        let args = [
+            epoch_millis(claim.now).to_string(),
+            epoch_secs(claim.now).to_string(),
+            epoch_secs(claim.expiration).to_string(),
+            epoch_millis(claim.lease_until).to_string(),
+            claim.lease_token.clone(),
+            if claim.validation.is_some() { "1" } else { "0" }.to_owned(),
+            claim.validation.clone().unwrap_or_default(),
+            key_expiry_ms(claim.expiration, Some(claim.lease_until)).to_string(),
+        ];
+        let reply = self.eval(&CLAIM, &self.key(&claim.id), &args).await?;
+        claim_outcome(&claim.id, reply)
+    }
+
+    pub(super) async fn complete_once(
+        &self,
+        claim: &Claim,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        let args = [
+            claim.lease_token.clone(),
+            epoch_secs(expiration).to_string(),
+            key_expiry_ms(expiration, None).to_string(),
+            if data.is_some() { "1" } else { "0" }.to_owned(),
+            data.unwrap_or_default().to_owned(),
+        ];
+        let reply = self.eval(&COMPLETE, &self.key(&claim.id), &args).await?;
+        fenced(&claim.id, reply)
+    }
+
+    pub(super) async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+        let args = [claim.lease_token.clone()];
+        let reply = self.eval(&RELEASE, &self.key(&claim.id), &args).await?;
+        fenced(&claim.id, reply)
+    }
+}
+
+/// When Redis may delete the key: after the second of `expiration` and after the lease
+/// (a record counts through both), plus [`KEY_GRACE`].
+fn key_expiry_ms(expiration: SystemTime, lease_until: Option<SystemTime>) -> u64 {
+    let expires = epoch_secs(expiration)
+        .saturating_add(1)
+        .saturating_mul(1000);
+    let lease_ends = lease_until.map_or(0, |l| epoch_millis(l).saturating_add(1));
+    expires
+        .max(lease_ends)
+        .saturating_add(KEY_GRACE.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{from_epoch_millis, from_epoch_secs};
+
+    #[test]
+    fn a_key_outlives_its_record_and_its_lease() {
+        let exp = from_epoch_secs(1_000);
+        // Through the whole expiration second, plus the grace.
+        assert_eq!(key_expiry_ms(exp, None), 1_001_000 + 60_000);
+        // A lease past the expiry keeps the key through its last millisecond.
+        assert_eq!(
+            key_expiry_ms(exp, Some(from_epoch_millis(2_000_500))),
+            2_000_501 + 60_000
+        );
+        assert_eq!(
+            key_expiry_ms(exp, Some(from_epoch_millis(10))),
+            1_001_000 + 60_000
+        );
+        // Capped times never overflow.
+        assert!(key_expiry_ms(crate::clock::far_future(), None) > 1_001_000);
+    }
+
+    #[test]
+    fn each_script_s_header_lists_the_keys_and_arguments_it_reads() {
+        for (name, lua) in [
+            ("claim", CLAIM_LUA),
+            ("complete", COMPLETE_LUA),
+            ("release", RELEASE_LUA),
+        ] {
+            let (header, body) = lua
+                .strip_prefix("--[[\n")
+                .and_then(|rest| rest.split_once("]]\n"))
+                .unwrap_or_else(|| panic!("{name}.lua opens with a --[[ ]] header"));
+            assert!(
+                header.contains("Input:") && header.contains("Output:"),
+                "{name}.lua"
+            );
+            for (array, most) in [("KEYS", 1), ("ARGV", 8)] {
+                let used = (1..=most)
+                    .filter(|i| body.contains(&format!("{array}[{i}]")))
+                    .collect::<Vec<_>>();
+                let listed = (1..=most)
+                    .filter(|i| header.contains(&format!("    {array}[{i}] ")))
+                    .collect::<Vec<_>>();
+                assert_eq!(used, listed, "{name}.lua: the {array} it reads");
+                assert!(
+                    !body.contains(&format!("{array}[{}]", most + 1)),
+                    "{name}.lua"
+                );
+            }
+        }
+    }
+}

@@ -301,5 +301,15 @@ mod tests {
         assert!(check_function_name("fn#name").is_err());
         assert!(check_function_name("").is_err());
         check_function_name("my-function_1").unwrap();
+        let builder = || crate::Idempotency::builder(crate::MemoryStore::new());
+        assert!(matches!(
+            builder().function_name("my.fn").try_build(),
+            Err(Error::InvalidName {
+                what: "function name",
+                ..
+            })
+        ));
+        assert!(std::panic::catch_unwind(|| builder().function_name("a#b").build()).is_err());
+        assert!(builder().function_name("my-fn").try_build().is_ok());
     }
 }

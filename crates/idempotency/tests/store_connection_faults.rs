@@ -442,16 +442,11 @@ async fn postgres_pg_cron_purge_keeps_live_records() {
         .complete(&over, Some("1"), from_epoch_secs(epoch_secs(at) - 1))
         .await
         .unwrap();
-    // The pg_cron DELETE as `purge_expired`'s docs give it, with now() pinned to `at`
-    // plus the documented grace: the boundary it must get right.
-    let source = include_str!("../src/store/postgres.rs");
-    let documented: String = source
-        .split("cron.schedule(")
-        .nth(1)
-        .and_then(|rest| rest.split("$$").nth(1))
-        .expect("the pg_cron example in purge_expired's docs")
+    // The pg_cron DELETE as `purge_expired`'s docs give it (the file they include), with
+    // now() pinned to `at` plus the documented grace: the boundary it must get right.
+    let documented: String = include_str!("../src/store/postgres/pg_cron_purge.sql")
         .lines()
-        .map(|l| l.trim().trim_start_matches("///").trim())
+        .map(str::trim)
         .collect::<Vec<_>>()
         .join(" ");
     let shifted_ms = at_ms + 60_000;

@@ -1,0 +1,164 @@
+//! The connection's life: one per store, made on first use (connects serialised, so
+//! concurrent calls share one), bounded by the connect timeout; every request bounded by
+//! the request timeout; dropped, for the next call to reconnect, after an error that
+//! broke it or a call cut off unfinished.
+
+use super::PostgresStore;
+use super::error::breaks_connection;
+use crate::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row};
+
+/// Connect timeout when the URL sets none: a stalled connect must not take the whole
+/// store attempt.
+pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl PostgresStore {
+    /// One statement, one round trip: an unnamed statement with its parameter types.
+    pub(super) async fn query(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Error> {
+        let client = self.client().await?;
+        let call = Call::new(self, &client);
+        match tokio::time::timeout(self.request_timeout, client.query_typed(sql, params)).await {
+            Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
+            // Dropping the unfinished call drops the connection.
+            Err(_) => Err(self.timed_out("answer", self.request_timeout)),
+        }
+    }
+
+    /// Statements separated by `;`, without parameters, in one round trip.
+    pub(super) async fn batch_execute(&self, sql: &str) -> Result<(), Error> {
+        let client = self.client().await?;
+        let call = Call::new(self, &client);
+        match tokio::time::timeout(self.request_timeout, client.batch_execute(sql)).await {
+            Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
+            // Dropping the unfinished call drops the connection.
+            Err(_) => Err(self.timed_out("answer", self.request_timeout)),
+        }
+    }
+
+    /// The open connection, or a new one.
+    pub(super) async fn client(&self) -> Result<Arc<Client>, Error> {
+        if let Some(client) = self.current() {
+            return Ok(client);
+        }
+        let _connecting = self.inner.connecting.lock().await;
+        // Another call may have connected while this one waited.
+        if let Some(client) = self.current() {
+            return Ok(client);
+        }
+        let client = Arc::new(self.open().await?);
+        *self.slot() = Some(client.clone());
+        Ok(client)
+    }
+
+    fn current(&self) -> Option<Arc<Client>> {
+        let mut slot = self.slot();
+        match &*slot {
+            Some(client) if client.is_closed() => {
+                *slot = None;
+                None
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Client>>> {
+        // Every update is one assignment: a poisoned lock holds a whole value.
+        self.inner.client.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops `client` from the slot (if it is still the current one): the next call
+    /// reconnects.
+    fn forget(&self, client: &Arc<Client>) {
+        let mut slot = self.slot();
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *slot = None;
+        }
+    }
+
+    /// A new connection, TCP, TLS negotiation and start-up bounded together by the connect
+    /// timeout (once per host: tokio-postgres tries them in turn).
+    async fn open(&self) -> Result<Client, Error> {
+        let config = &self.inner.config;
+        let per_host = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+        let bound = per_host.saturating_mul(hosts);
+        match tokio::time::timeout(bound, self.open_unbounded()).await {
+            Ok(result) => result,
+            Err(_) => Err(self.timed_out("connection", bound)),
+        }
+    }
+
+    async fn open_unbounded(&self) -> Result<Client, Error> {
+        let config = &self.inner.config;
+        let connect_error = |e: tokio_postgres::Error| self.pg_error(e);
+        let log_end = |result: Result<(), tokio_postgres::Error>| {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "postgres idempotency store connection ended");
+            }
+        };
+        if config.get_ssl_mode() == SslMode::Disable {
+            let (client, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(connect_error)?;
+            tokio::spawn(async move { log_end(connection.await) });
+            return Ok(client);
+        }
+        let tls = self.tls_config()?;
+        let (client, connection) = config
+            .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+            .await
+            .map_err(connect_error)?;
+        tokio::spawn(async move { log_end(connection.await) });
+        Ok(client)
+    }
+}
+
+/// A call in flight on `client`: if it is dropped unfinished (the engine's attempt
+/// timeout cut it off), the connection may be stalled, so the next call reconnects
+/// rather than queue behind it.
+struct Call<'a> {
+    store: &'a PostgresStore,
+    client: &'a Arc<Client>,
+    finished: bool,
+}
+
+impl<'a> Call<'a> {
+    fn new(store: &'a PostgresStore, client: &'a Arc<Client>) -> Self {
+        Self {
+            store,
+            client,
+            finished: false,
+        }
+    }
+
+    /// Ends the call; an error that broke the connection drops it.
+    fn done<T>(mut self, result: Result<T, Error>) -> Result<T, Error> {
+        self.finished = true;
+        if let Err(Error::Store { source, .. }) = &result
+            && breaks_connection(source)
+        {
+            self.store.forget(self.client);
+        }
+        result
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.store.forget(self.client);
+        }
+    }
+}

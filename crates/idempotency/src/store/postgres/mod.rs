@@ -1,0 +1,521 @@
+//! The PostgreSQL store.
+//!
+//! # Table
+//! One row per record, typed columns, the status checked by the table:
+//!
+#![doc = concat!("```sql\n", table::ddl!("idempotency", "idempotency_expiration_idx"), "```")]
+//!
+//! [`PostgresStore::create_table`] runs this DDL (for tests and first runs). `data` is
+//! `text`, not `jsonb`: `jsonb` rewrites the JSON (key order, spaces). The table name may
+//! be schema-qualified (`schema.table`, split at the first dot); each part is quoted as
+//! given, so it is case-sensitive.
+//!
+//! # Protocol
+//! Each call is one statement in one round trip (an unnamed statement with its parameter
+//! types given: no separate prepare, nothing that pins an RDS Proxy connection).
+//! 1. **Claim**: one `INSERT … ON CONFLICT (id) DO UPDATE … WHERE` the stored row is
+//!    claimable ([`Record::is_claimable_by`]), beside a `SELECT … FOR UPDATE` of the
+//!    current row in the same statement, so a duplicate learns the live record from the
+//!    same round trip (see [`PostgresStore::claim_sql`] for why it is exact under races).
+//! 2. **Complete**: `UPDATE … WHERE id = $1 AND lease_token = $2`.
+//! 3. **Release**: `DELETE … WHERE id = $1 AND lease_token = $2`.
+//!
+//! A first delivery costs two round trips; a duplicate costs one.
+//!
+//! # Expired rows
+//! PostgreSQL has no TTL. Expired rows stay claimable, so correctness never depends on
+//! deleting them; to keep the table small, call [`PostgresStore::purge_expired`] on a
+//! schedule (an EventBridge-scheduled Lambda), or run the same `DELETE` with `pg_cron`.
+//!
+//! # Connection
+//! One connection per store (per Lambda execution environment), made on first use,
+//! reused across invocations and rebuilt on the next call after it broke (closed,
+//! an I/O error, a server shutdown) or after a call was cut off by the engine's attempt
+//! timeout. Behind RDS Proxy or PgBouncer (transaction mode) this is fine: no session
+//! state and no named prepared statements are used.
+//!
+//! A connect (TCP, TLS negotiation and start-up together) is bounded by the URL's
+//! `connect_timeout` (5 s when it sets none; once per host when it names several), and
+//! every request by the store's request timeout ([`DEFAULT_REQUEST_TIMEOUT`], 5 s,
+//! [`with_request_timeout`](PostgresStore::with_request_timeout)), so a call made outside
+//! the engine (`get` in a health check, `purge_expired`, `create_table`, the worker's
+//! `ensure_connected` at start-up) never waits forever on a server that stopped
+//! answering; inside the engine, its attempt timeout (2 s by default) is the bound that
+//! counts. A request cut off by either bound drops its connection; the next call
+//! reconnects.
+//!
+//! A call cut off while the server still works on it (waiting for a row lock another
+//! session holds) leaves that server process working until it next writes to the gone
+//! client, while the store opens a new connection. Bound statements on the server side
+//! too, so cut-off calls cannot pile up towards `max_connections`: add
+//! `options=-c%20statement_timeout%3D5000` to the URL (or `ALTER ROLE … SET
+//! statement_timeout`), a little above the engine's attempt timeout.
+//!
+//! # TLS
+//! From the URL's `sslmode`: `disable` connects without TLS; `require` uses TLS and
+//! verifies the server certificate against the system's roots and the ones given with
+//! [`with_root_certificates_pem`](PostgresStore::with_root_certificates_pem) (RDS's CA
+//! bundle is not among the public roots); `prefer` (the default) uses TLS when the server
+//! offers it, without verifying the certificate as libpq does, unless roots or a TLS
+//! configuration were given: then it is `require`, TLS mandatory and the certificate
+//! checked (a server that declines TLS is refused, never given a plaintext session). TLS
+//! is rustls with the aws-lc-rs provider, set explicitly (no process-wide default is
+//! needed). tokio-postgres reads no `verify-ca`/`verify-full`: use `require`, which checks
+//! the certificate and the host name (so connect by the name the certificate holds).
+//!
+//! # Errors
+//! [`Error::Store`] with backend `"postgres"`. Retryable: connection loss, I/O errors and
+//! timeouts, SQLSTATE class `08`, `40001`, `40P01`, `55P03`, `57014`, `57P01`–`57P03`,
+//! `57P05` (the server ended an idle session: `idle_session_timeout`), `53300`, `25006` (a
+//! writer that became a reader after a failover), and a connect or request that timed
+//! out. The boxed source is the [`tokio_postgres::Error`], except for a missing table (a
+//! message naming the table, whose `source()` is the `tokio_postgres::Error`), a timeout
+//! (a message naming the server and the bound) and a malformed row (a message).
+//!
+//! # Names
+//! A table or schema name longer than 63 bytes is refused when the store is made
+//! (PostgreSQL would cut it, and two stores with long names differing after the 63rd byte
+//! would share one table).
+//!
+//! # Limits
+//! PostgreSQL's `text` holds up to 1 GB, but a result is read back on every duplicate:
+//! the limits are DynamoDB's ([`StoreLimits::DYNAMODB`]), 2048-byte ids and 400 KB
+//! records, so a function moved between stores fails alike.
+
+mod connection;
+mod error;
+mod id;
+mod row;
+mod sql;
+mod table;
+mod tls;
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+use crate::error::Error;
+use crate::record::{Claim, Record, epoch_millis, epoch_secs};
+use connection::DEFAULT_CONNECT_TIMEOUT;
+use id::stored_id;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use sql::Statements;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use table::Table;
+use tls::{Tls, require_tls};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+const BACKEND: &str = "postgres";
+
+/// How far [`PostgresStore::purge_expired`] stays behind its own clock.
+pub const PURGE_GRACE: Duration = Duration::from_secs(60);
+
+/// The longest a request may wait for its answer by default, so a call made outside the
+/// engine (a health check's `get`, `purge_expired`, `create_table`) never waits forever on
+/// a server that stopped answering. Above the engine's attempt timeout (2 s by default),
+/// which is the bound that normally counts.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An [`IdempotencyStore`] on a PostgreSQL table. Cloning shares the connection.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), lambda_idempotency::Error> {
+/// use lambda_idempotency::{Idempotency, PostgresStore};
+/// let url = std::env::var("DATABASE_URL").unwrap(); // postgres://user:pw@host/db?sslmode=require
+/// // RDS: its CA bundle, from https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
+/// let rds_ca = std::fs::read("global-bundle.pem").unwrap();
+/// let store = PostgresStore::connect(&url, "idempotency")?.with_root_certificates_pem(&rds_ca)?;
+/// store.ensure_connected().await?; // fail at init, not on the first message
+/// let idempotency = Idempotency::new(store);
+/// # let _ = idempotency;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+    request_timeout: Duration,
+}
+
+struct Inner {
+    config: tokio_postgres::Config,
+    tls: Tls,
+    table: Table,
+    sql: Statements,
+    /// The live connection, if any. A plain mutex: held only to copy or swap the `Arc`.
+    client: Mutex<Option<Arc<Client>>>,
+    /// Serialises connects, so concurrent calls share one new connection.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.inner.config;
+        let mut d = f.debug_struct("PostgresStore");
+        d.field("table", &self.inner.table.name)
+            .field("hosts", &c.get_hosts())
+            .field("ports", &c.get_ports())
+            .field("dbname", &c.get_dbname())
+            .field("user", &c.get_user());
+        // Only whether there is one.
+        if c.get_password().is_some() {
+            d.field("password", &Redacted);
+        }
+        d.field("ssl_mode", &c.get_ssl_mode())
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Stands for a secret in `Debug` output.
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl PostgresStore {
+    /// A store on `table` (`table` or `schema.table`) of the database at `url`, a libpq
+    /// URL (`postgres://user:password@host:5432/db?sslmode=require`) or key-value string
+    /// (`host=… user=… dbname=…`). Only parses: the connection is made on first use (or
+    /// by [`ensure_connected`](Self::ensure_connected)). A malformed URL or a table name
+    /// with a NUL byte is a non-retryable [`Error::Store`].
+    pub fn connect(url: &str, table: impl Into<String>) -> Result<Self, Error> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| Error::store(BACKEND, false, e))?;
+        Self::from_config(config, table)
+    }
+
+    /// Like [`connect`](Self::connect), from a configuration you built.
+    pub fn from_config(
+        mut config: tokio_postgres::Config,
+        table: impl Into<String>,
+    ) -> Result<Self, Error> {
+        let table = Table::new(table.into())?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
+        let sql = Statements::new(&table.quoted);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                tls: Tls::Roots(Vec::new()),
+                table,
+                sql,
+                client: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// Bounds every request's wait for its answer ([`DEFAULT_REQUEST_TIMEOUT`] unless
+    /// set). A request cut off drops its connection. Keep it above the engine's attempt
+    /// timeout, which is the bound that should count.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Trusts these root certificates (PEM, one or more) besides the system's, and turns
+    /// `sslmode=prefer` into `require`: TLS is then mandatory and the certificate
+    /// checked. For RDS, its CA bundle. Applies from the next connection: one already open
+    /// (made without them) is closed, never used again.
+    pub fn with_root_certificates_pem(self, pem: &[u8]) -> Result<Self, Error> {
+        let mut roots = Vec::new();
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            roots.push(cert.map_err(|e| {
+                Error::store(BACKEND, false, format!("invalid PEM root certificate: {e}"))
+            })?);
+        }
+        if roots.is_empty() {
+            return Err(Error::store(
+                BACKEND,
+                false,
+                "no certificate in the PEM root certificates",
+            ));
+        }
+        Ok(self.with_inner(|inner| {
+            require_tls(&mut inner.config);
+            if let Tls::Roots(existing) = &mut inner.tls {
+                existing.extend(roots);
+            } else {
+                inner.tls = Tls::Roots(roots);
+            }
+        }))
+    }
+
+    /// Uses this rustls configuration (client certificates, other roots), and turns
+    /// `sslmode=prefer` into `require`. Applies from the next connection: one already open
+    /// is closed, never used again.
+    pub fn with_tls(self, config: rustls::ClientConfig) -> Self {
+        self.with_inner(|inner| {
+            require_tls(&mut inner.config);
+            inner.tls = Tls::Config(Arc::new(config))
+        })
+    }
+
+    /// A store with `change` made to its settings and no connection: a connection made
+    /// under the old settings (an unverified `prefer` one) is not kept. Clones made before
+    /// keep theirs.
+    fn with_inner(self, change: impl FnOnce(&mut Inner)) -> Self {
+        let request_timeout = self.request_timeout;
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            config: shared.config.clone(),
+            tls: shared.tls.clone(),
+            table: shared.table.clone(),
+            sql: Statements::new(&shared.table.quoted),
+            client: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        });
+        let mut inner = inner;
+        change(&mut inner);
+        inner.client = Mutex::new(None);
+        Self {
+            inner: Arc::new(inner),
+            request_timeout,
+        }
+    }
+
+    /// The table name, as given.
+    pub fn table(&self) -> &str {
+        &self.inner.table.name
+    }
+
+    /// The table's DDL (`CREATE TABLE IF NOT EXISTS` and its index), quoted as this store
+    /// uses it.
+    pub fn create_table_sql(&self) -> String {
+        self.inner.table.create_table_sql()
+    }
+
+    /// Creates the table and its index if they do not exist (the schema must exist).
+    /// For tests and first runs; in production, prefer your migrations.
+    pub async fn create_table(&self) -> Result<(), Error> {
+        self.batch_execute(&self.create_table_sql()).await
+    }
+
+    /// Connects now if no connection is open: call it at init so a wrong URL, password or
+    /// certificate fails there rather than on the first message.
+    pub async fn ensure_connected(&self) -> Result<(), Error> {
+        self.client().await.map(drop)
+    }
+
+    /// The server process id of the store's connection (connecting if needed), to find
+    /// it in `pg_stat_activity`, or to end it with `pg_terminate_backend` when testing
+    /// what a dropped connection does.
+    pub async fn backend_pid(&self) -> Result<i32, Error> {
+        let rows = self.query("SELECT pg_backend_pid()", &[]).await?;
+        rows.first()
+            .and_then(|row| row.try_get(0).ok())
+            .ok_or_else(|| self.malformed("pg_backend_pid() returned no pid"))
+    }
+
+    /// The claim statement. Parameters: `$1` id, `$2` expiration (epoch s), `$3` lease
+    /// end (epoch ms), `$4` validation, `$5` lease token, `$6` now (epoch s), `$7` now
+    /// (epoch ms). Rows: `(written, <record columns>)`, `written` for the upsert's row.
+    ///
+    /// Why it is exact under races (READ COMMITTED, each call its own transaction):
+    /// - `old` reads the row with `FOR UPDATE`: if the row is in the statement's snapshot,
+    ///   the lock waits for any writer and returns its latest version, locked, so the
+    ///   upsert (sequenced after `old` by `FROM (SELECT count(*) FROM old)`) evaluates the
+    ///   claim's condition against exactly that version. `old` is then the claimed-over
+    ///   record (`previous`) or the live one (`Exists`); a duplicate changes no row (its
+    ///   row lock is all it writes).
+    /// - A row committed after the snapshot is invisible to `old` but not to
+    ///   `ON CONFLICT`, which always sees and locks the latest row. Then (`old` empty) the
+    ///   update always applies, writing the claim if the row is claimable and the row
+    ///   unchanged otherwise (each column `CASE`d on the same condition), so `RETURNING`
+    ///   shows the live record: never a made-up one, never a retry.
+    /// - The upsert's row is this claim's exactly when it is in progress with the claim's
+    ///   token: tokens are unique per claim.
+    pub fn claim_sql(&self) -> &str {
+        &self.inner.sql.claim
+    }
+
+    /// Deletes at most `limit` expired rows (expired by whole seconds, and not in progress
+    /// with a live lease: exactly the rows a claim could take over and no live record),
+    /// skipping rows another transaction holds, and returns how many it deleted. Call it
+    /// until it returns less than `limit`, on a schedule: expired rows never change an
+    /// answer, they only take space.
+    ///
+    /// Records are judged by the clock of the machine that calls it, minus
+    /// [`PURGE_GRACE`], so a purger whose clock runs somewhat ahead of the workers' never
+    /// deletes a record that still counts for them.
+    ///
+    /// With `pg_cron`, the same `DELETE` (seconds and milliseconds truncated, as the
+    /// library reads them, and the same grace):
+    #[doc = concat!(
+        "```sql\nSELECT cron.schedule('purge-idempotency', '*/15 * * * *', $$\n",
+        include_str!("pg_cron_purge.sql"),
+        "$$);\n```"
+    )]
+    pub async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
+        let now = SystemTime::now()
+            .checked_sub(PURGE_GRACE)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.purge_expired_at(now, limit).await
+    }
+
+    /// [`purge_expired`](Self::purge_expired) as of `now` exactly (no grace): the rows a
+    /// claim at `now` could take over.
+    pub async fn purge_expired_at(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
+        let (now_s, now_ms, limit) = (secs(now), millis(now), i64::from(limit));
+        let rows = self
+            .query(
+                &self.inner.sql.purge,
+                &[
+                    (&now_s, Type::INT8),
+                    (&now_ms, Type::INT8),
+                    (&limit, Type::INT8),
+                ],
+            )
+            .await?;
+        let deleted: i64 = rows
+            .first()
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(|e| self.pg_error(e))?
+            .unwrap_or(0);
+        Ok(u64::try_from(deleted).unwrap_or(0))
+    }
+
+    async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+        let (expiration, lease_until) = (secs(claim.expiration), millis(claim.lease_until));
+        let (now_s, now_ms) = (secs(claim.now), millis(claim.now));
+        let rows = self
+            .query(
+                &self.inner.sql.claim,
+                &[
+                    (&stored_id(&claim.id), Type::TEXT),
+                    (&expiration, Type::INT8),
+                    (&lease_until, Type::INT8),
+                    (&claim.validation, Type::TEXT),
+                    (&claim.lease_token, Type::TEXT),
+                    (&now_s, Type::INT8),
+                    (&now_ms, Type::INT8),
+                ],
+            )
+            .await?;
+        self.claim_outcome(&rows, claim)
+    }
+
+    async fn complete_once(
+        &self,
+        claim: &Claim,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        let expiration = secs(expiration);
+        let rows = self
+            .query(
+                &self.inner.sql.complete,
+                &[
+                    (&stored_id(&claim.id), Type::TEXT),
+                    (&claim.lease_token, Type::TEXT),
+                    (&data, Type::TEXT),
+                    (&expiration, Type::INT8),
+                ],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::LeaseLost {
+                key: claim.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+        let rows = self
+            .query(
+                &self.inner.sql.release,
+                &[
+                    (&stored_id(&claim.id), Type::TEXT),
+                    (&claim.lease_token, Type::TEXT),
+                ],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::LeaseLost {
+                key: claim.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+        let rows = self
+            .query(&self.inner.sql.get, &[(&stored_id(id), Type::TEXT)])
+            .await?;
+        rows.first().map(|row| self.parse(row, 0, id)).transpose()
+    }
+}
+
+fn secs(t: SystemTime) -> i64 {
+    i64::try_from(epoch_secs(t)).unwrap_or(i64::MAX)
+}
+
+fn millis(t: SystemTime) -> i64 {
+    i64::try_from(epoch_millis(t)).unwrap_or(i64::MAX)
+}
+
+impl IdempotencyStore for PostgresStore {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn limits(&self) -> StoreLimits {
+        StoreLimits::DYNAMODB
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_once(claim))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.complete_once(claim, data, expiration))
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.release_once(claim))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.get_once(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        for url in [
+            "postgres://worker:hunter2-pg@db.example:5433/app?sslmode=require",
+            "host=db.example port=5433 user=worker password=hunter2-pg dbname=app",
+        ] {
+            let store = PostgresStore::connect(url, "idempotency").unwrap();
+            let text = format!("{store:?}");
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(
+                text.contains("<redacted>") && text.contains("db.example"),
+                "{text}"
+            );
+        }
+        let err = PostgresStore::connect("postgres://worker:hunter2-pg@db.example:x/app", "t")
+            .unwrap_err();
+        for text in [format!("{err}"), format!("{err:?}")] {
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+}

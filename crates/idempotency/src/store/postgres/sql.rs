@@ -1,0 +1,140 @@
+//! Every statement the store sends, built once per table by [`Statements::new`], and the
+//! `pg_cron` purge its docs give (`pg_cron_purge.sql`, run as documented by
+//! `tests/store_connection_faults.rs`).
+//!
+//! Parameters are numbered as the statements' docs say; the store sends them typed, as
+//! unnamed statements (one round trip, nothing prepared).
+
+/// The columns of a record, in the order every statement returns them.
+pub(super) const COLUMNS: &str =
+    "id, status, expiration, in_progress_expiration, data, validation, lease_token";
+
+/// The columns a claim writes (all but `id`), each `CASE`d on [`CLAIMABLE`].
+const CLAIM_SETS: [&str; 6] = [
+    "status",
+    "expiration",
+    "in_progress_expiration",
+    "data",
+    "validation",
+    "lease_token",
+];
+
+/// `Record::is_claimable_by` over the stored row `r`, for the claim's `$5` (lease token),
+/// `$6` (now, epoch s) and `$7` (now, epoch ms); NULL (no lease) is false.
+const CLAIMABLE: &str = "COALESCE(\
+    (r.status = 'INPROGRESS' AND r.in_progress_expiration < $7) \
+    OR (r.status = 'INPROGRESS' AND r.lease_token = $5) \
+    OR (r.expiration < $6 AND NOT (r.status = 'INPROGRESS' AND r.in_progress_expiration IS NOT NULL)), \
+    false)";
+
+/// Expired, and claimable: not in progress with a live lease. `$1` now (epoch s), `$2`
+/// now (epoch ms).
+const PURGEABLE: &str = "expiration < $1 \
+    AND (status <> 'INPROGRESS' OR in_progress_expiration IS NULL OR in_progress_expiration < $2)";
+
+/// The `DELETE` `PostgresStore::purge_expired`'s docs give for `pg_cron`: the same rows
+/// as [`PURGEABLE`], judged by the server's `now()` truncated to seconds and milliseconds
+/// (as the library reads them) minus `PURGE_GRACE`, on the table `idempotency`.
+#[cfg(test)]
+const PG_CRON_PURGE: &str = include_str!("pg_cron_purge.sql");
+
+/// The statements for one table.
+pub(super) struct Statements {
+    /// See `PostgresStore::claim_sql`. Rows: `(written, <COLUMNS>)`.
+    pub(super) claim: String,
+    /// `$1` id, `$2` lease token, `$3` data, `$4` expiration (epoch s). One row if the
+    /// lease held.
+    pub(super) complete: String,
+    /// `$1` id, `$2` lease token. One row if the lease held.
+    pub(super) release: String,
+    /// `$1` id. Rows: [`COLUMNS`].
+    pub(super) get: String,
+    /// `$1` now (epoch s), `$2` now (epoch ms), `$3` limit. One row: the count deleted.
+    pub(super) purge: String,
+}
+
+impl Statements {
+    /// The statements on the table `t`, quoted.
+    pub(super) fn new(t: &str) -> Self {
+        Self {
+            claim: claim(t),
+            complete: format!(
+                "UPDATE {t} SET status = 'COMPLETED', data = $3, expiration = $4 \
+                 WHERE id = $1 AND lease_token = $2 RETURNING 1"
+            ),
+            release: format!("DELETE FROM {t} WHERE id = $1 AND lease_token = $2 RETURNING 1"),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE id = $1"),
+            purge: format!(
+                "WITH purged AS (\n    \
+                    DELETE FROM {t} WHERE {PURGEABLE} AND id IN (\n        \
+                        SELECT id FROM {t} WHERE {PURGEABLE} LIMIT $3 FOR UPDATE SKIP LOCKED)\n    \
+                    RETURNING 1\n\
+                )\n\
+                SELECT count(*) FROM purged"
+            ),
+        }
+    }
+}
+
+/// The claim statement on `t`: `$1` id, `$2` expiration (epoch s), `$3` lease end (epoch
+/// ms), `$4` validation, `$5` lease token, `$6` now (epoch s), `$7` now (epoch ms).
+fn claim(t: &str) -> String {
+    let set = |column: &str| {
+        format!("{column} = CASE WHEN {CLAIMABLE} THEN excluded.{column} ELSE r.{column} END")
+    };
+    let sets = CLAIM_SETS.map(set).join(",\n        ");
+    let returning = COLUMNS
+        .split(", ")
+        .map(|c| format!("r.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "WITH old AS (\n    \
+            SELECT {COLUMNS} FROM {t} WHERE id = $1 FOR UPDATE\n\
+        ), claimed AS (\n    \
+            INSERT INTO {t} AS r ({COLUMNS})\n    \
+            SELECT $1, 'INPROGRESS', $2, $3, NULL, $4, $5 FROM (SELECT count(*) FROM old) AS after_old\n    \
+            ON CONFLICT (id) DO UPDATE SET\n        {sets}\n    \
+            WHERE {CLAIMABLE} OR NOT EXISTS (SELECT 1 FROM old)\n    \
+            RETURNING {returning}\n\
+        )\n\
+        SELECT true AS written, {COLUMNS} FROM claimed\n\
+        UNION ALL\n\
+        SELECT false, {COLUMNS} FROM old"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::PURGE_GRACE;
+
+    #[test]
+    fn the_pg_cron_purge_keeps_the_grace() {
+        let grace = PURGE_GRACE.as_secs();
+        assert!(
+            PG_CRON_PURGE.contains(&format!("::bigint - {grace}\n")),
+            "{PG_CRON_PURGE}"
+        );
+        assert!(
+            PG_CRON_PURGE.contains(&format!("* 1000)::bigint - {})", grace * 1000)),
+            "{PG_CRON_PURGE}"
+        );
+        assert!(PG_CRON_PURGE.starts_with("  DELETE FROM idempotency\n"));
+        // Joined into one line by the test that runs it: no `--` comment may cut it.
+        assert!(!PG_CRON_PURGE.contains("--"));
+    }
+
+    #[test]
+    fn every_claim_column_but_the_id_is_guarded() {
+        let written: Vec<_> = COLUMNS.split(", ").skip(1).collect();
+        assert_eq!(written, CLAIM_SETS);
+        let claim = Statements::new("\"t\"").claim;
+        for column in CLAIM_SETS {
+            assert!(
+                claim.contains(&format!("{column} = CASE WHEN COALESCE(")),
+                "{claim}"
+            );
+        }
+    }
+}

@@ -84,6 +84,16 @@ impl Handler {
     }
 }
 
+/// An invocation of records given as (messageId, body).
+fn records(records: &[(&str, &str)]) -> LambdaEvent<SqsEvent> {
+    let records: Vec<Value> = records
+        .iter()
+        .map(|(id, body)| json!({"messageId": id, "body": body}))
+        .collect();
+    let payload = serde_json::from_value(json!({ "Records": records })).unwrap();
+    LambdaEvent::new(payload, Context::default())
+}
+
 fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Value {
     serde_json::to_value(response).unwrap()
 }
@@ -227,26 +237,22 @@ async fn twins_whose_key_is_in_progress_in_another_worker_are_both_handed_back()
 async fn a_twin_with_another_payload_is_a_mismatch_not_its_siblings_result() {
     let idempotency = Idempotency::new(MemoryStore::new());
     let op = Operation::new("job", KeyStrategy::field("id")).validate(["prompt"]);
-    let event: SqsEvent = serde_json::from_value(json!({"Records": [
-        {"messageId": "m1", "body": r#"{"id": "same", "prompt": "hi"}"#},
-        {"messageId": "m2", "body": r#"{"id": "same", "prompt": "bye"}"#},
-    ]}))
-    .unwrap();
+    let event = records(&[
+        ("m1", r#"{"id": "same", "prompt": "hi"}"#),
+        ("m2", r#"{"id": "same", "prompt": "bye"}"#),
+    ]);
     let report = SqsBatch::new()
-        .report_json(
-            LambdaEvent::new(event, Context::default()),
-            |body: Value, _| {
-                let (idempotency, op) = (&idempotency, &op);
-                async move {
-                    idempotency
-                        .run(op, &body, || async {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            Ok::<_, lambda_runtime::Error>(body["prompt"].clone())
-                        })
-                        .await
-                }
-            },
-        )
+        .report_json(event, |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                idempotency
+                    .run(op, &body, || async {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok::<_, lambda_runtime::Error>(body["prompt"].clone())
+                    })
+                    .await
+            }
+        })
         .await;
     assert_eq!(report.records[0].result.as_ref().unwrap(), "hi");
     let failure = report.records[1].result.as_ref().unwrap_err();
@@ -262,24 +268,17 @@ async fn a_twin_with_another_payload_is_a_mismatch_not_its_siblings_result() {
 async fn permanent_failures_are_rejected_and_the_reason_is_the_whole_chain() {
     let idempotency = Idempotency::new(MemoryStore::new());
     let op = Operation::new("job", KeyStrategy::field("id"));
-    let event: SqsEvent = serde_json::from_value(json!({"Records": [
-        {"messageId": "m1", "body": r#"{"no_id": 1}"#},
-        {"messageId": "m2", "body": "not json"},
-    ]}))
-    .unwrap();
+    let event = records(&[("m1", r#"{"no_id": 1}"#), ("m2", "not json")]);
     let report = SqsBatch::new()
-        .report_json(
-            LambdaEvent::new(event, Context::default()),
-            |body: Value, _| {
-                let (idempotency, op) = (&idempotency, &op);
-                async move {
-                    // A handler error type that wraps the library's error: its kind is found.
-                    idempotency
-                        .run(op, &body, || async { Ok::<_, Wrapped>(1) })
-                        .await
-                }
-            },
-        )
+        .report_json(event, |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                // A handler error type that wraps the library's error: its kind is found.
+                idempotency
+                    .run(op, &body, || async { Ok::<_, Wrapped>(1) })
+                    .await
+            }
+        })
         .await;
     let failure = report.records[0].result.as_ref().unwrap_err();
     assert_eq!(failure.kind, FailureKind::Rejected);
@@ -692,26 +691,20 @@ async fn a_nested_call_with_its_callers_id_is_in_progress_not_a_twin_waiting_for
     let idempotency = Idempotency::new(MemoryStore::new());
     let outer = Operation::new("outer", KeyStrategy::field("id")).key_prefix("orders");
     let inner = Operation::new("inner", KeyStrategy::field("id")).key_prefix("orders");
-    let event: SqsEvent = serde_json::from_value(json!({"Records": [
-        {"messageId": "m1", "body": r#"{"id": "a"}"#},
-    ]}))
-    .unwrap();
+    let event = records(&[("m1", r#"{"id": "a"}"#)]);
     let sqs = SqsBatch::new();
-    let batch = sqs.report_json(
-        LambdaEvent::new(event, Context::default()),
-        |body: Value, _| {
-            let (idempotency, outer, inner) = (&idempotency, &outer, &inner);
-            async move {
-                idempotency
-                    .run(outer, &body, || async {
-                        idempotency
-                            .run(inner, &body, || async { Ok::<_, lambda_runtime::Error>(1) })
-                            .await
-                    })
-                    .await
-            }
-        },
-    );
+    let batch = sqs.report_json(event, |body: Value, _| {
+        let (idempotency, outer, inner) = (&idempotency, &outer, &inner);
+        async move {
+            idempotency
+                .run(outer, &body, || async {
+                    idempotency
+                        .run(inner, &body, || async { Ok::<_, lambda_runtime::Error>(1) })
+                        .await
+                })
+                .await
+        }
+    });
     let report = tokio::time::timeout(Duration::from_secs(5), batch)
         .await
         .expect("the nested call answers instead of waiting for its caller");
@@ -735,19 +728,15 @@ async fn a_stray_payload_first_in_the_batch_never_costs_the_genuine_resend_its_r
         .unwrap();
     // Claims take a while, so P arrives while Q's claim is in flight.
     store.inject(StoreOp::Claim, Fault::Slow(Duration::from_millis(100)), 2);
-    let event: SqsEvent = serde_json::from_value(json!({"Records": [
-        {"messageId": "mq", "body": r#"{"id": "same", "prompt": "bye"}"#},
-        {"messageId": "mp", "body": r#"{"id": "same", "prompt": "hi"}"#},
-    ]}))
-    .unwrap();
+    let event = records(&[
+        ("mq", r#"{"id": "same", "prompt": "bye"}"#),
+        ("mp", r#"{"id": "same", "prompt": "hi"}"#),
+    ]);
     let report = SqsBatch::new()
-        .report_json(
-            LambdaEvent::new(event, Context::default()),
-            |body: Value, _| {
-                let (idempotency, op) = (&idempotency, &op);
-                async move { idempotency.run(op, &body, || answer(body.clone())).await }
-            },
-        )
+        .report_json(event, |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move { idempotency.run(op, &body, || answer(body.clone())).await }
+        })
         .await;
     assert_eq!(
         report.records[0].result.as_ref().unwrap_err().kind,

@@ -1,7 +1,5 @@
 //! Settings of an [`Idempotency`](crate::Idempotency) handle, and their defaults.
 
-use crate::clock::{Clock, SystemClock};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a record counts, by default: SQS's longest message lifetime (14 days of
@@ -10,25 +8,15 @@ use std::time::Duration;
 /// redelivery; too long only costs storage, so this errs long.
 pub(crate) const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(15 * 24 * 60 * 60);
 
-/// The lease when neither an override nor a Lambda deadline is known: Lambda's longest
-/// timeout, so no invocation can outlive its claim.
-pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(15 * 60);
-
-/// The shortest lease ever written, so `in_progress_expiration` is never zero or past.
-pub(crate) const MIN_LEASE: Duration = Duration::from_secs(1);
-
 /// Claim attempts when the record changes between the write and the read that follows.
 pub(crate) const DEFAULT_MAX_CLAIM_ATTEMPTS: u32 = 3;
 
-/// Attempts of one store request on a retryable store error (throttling, 5xx), on top of
-/// the SDK's own retries, and never past the lease.
+/// Attempts of one store request on a retryable store error (throttling, 5xx, a timeout),
+/// never past the lease's cutoff. The engine, which knows the deadline, owns retries: the
+/// DynamoDB and PostgreSQL clients are built with none of their own, and the Redis
+/// Cluster client only follows a redirect or reconnects (at most twice, within one
+/// attempt's timeout).
 pub(crate) const DEFAULT_MAX_STORE_ATTEMPTS: u32 = 3;
-
-/// Store retries stop this long before the lease ends (or a tenth of the lease, if
-/// shorter), leaving the record to be taken over: time for the handler to answer Lambda
-/// before the invocation's deadline. Just over `SqsBatch`'s own margin (500 ms), so a
-/// result that arrives late still gets every attempt the batch can wait for.
-pub(crate) const COMPLETION_MARGIN: Duration = Duration::from_millis(600);
 
 /// The longest one store request may take before it is abandoned (and retried, within
 /// the lease). DynamoDB answers in milliseconds; a request without an answer after this
@@ -61,8 +49,6 @@ pub(crate) struct Config {
     pub(crate) max_store_attempts: u32,
     /// See [`DEFAULT_STORE_ATTEMPT_TIMEOUT`].
     pub(crate) store_attempt_timeout: Duration,
-    /// Where the engine reads the time. [`SystemClock`] by default.
-    pub(crate) clock: Arc<dyn Clock>,
     /// Completed records kept in memory to answer duplicates without a store request.
     /// 0 turns the cache off.
     pub(crate) local_cache_capacity: usize,
@@ -82,7 +68,6 @@ impl Default for Config {
             max_claim_attempts: DEFAULT_MAX_CLAIM_ATTEMPTS,
             max_store_attempts: DEFAULT_MAX_STORE_ATTEMPTS,
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
-            clock: Arc::new(SystemClock),
             local_cache_capacity: 0,
             disabled: disabled_by_env(),
         }

@@ -2,7 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// A boxed error from a store backend or a wrapped function.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -22,6 +22,9 @@ pub enum Error {
         key: String,
         /// When the other worker's lease runs out and the record can be taken over.
         lease_expires: SystemTime,
+        /// How long that was from when this answer was made, by the handle's clock: when
+        /// to try again (an HTTP `Retry-After`, a visibility timeout).
+        retry_after: Duration,
     },
     /// The key was used before with a different payload (its validation hash differs).
     /// The earlier result is deliberately not returned.
@@ -209,14 +212,13 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::AlreadyInProgress { key, lease_expires } => {
-                let left = lease_expires
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default();
+            Error::AlreadyInProgress {
+                key, retry_after, ..
+            } => {
                 write!(
                     f,
                     "idempotency key {key:?} is already in progress in another worker (lease ends in {:.1}s); retry later",
-                    left.as_secs_f64()
+                    retry_after.as_secs_f64()
                 )
             }
             Error::PayloadMismatch { key } => write!(
@@ -507,6 +509,7 @@ mod tests {
                 Error::AlreadyInProgress {
                     key: key(),
                     lease_expires: SystemTime::UNIX_EPOCH,
+                    retry_after: Duration::ZERO,
                 },
                 false,
                 true,

@@ -1,15 +1,15 @@
 //! The handle users keep, and its builder.
 
 use crate::cache::CompletedCache;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{self, Config};
-use crate::engine::{Claimed, decode};
+use crate::engine::{Claimed, Engine, MIN_ATTEMPT_TIMEOUT, decode};
 use crate::error::report;
 use crate::error::{Error, ExecuteError};
-use crate::invocation;
+use crate::invocation::{self, Invocation};
 use crate::key::validation_hash;
+use crate::lease;
 use crate::operation::{Operation, Outcome, check_function_name};
-use crate::retry::MIN_ATTEMPT_TIMEOUT;
 use crate::store::IdempotencyStore;
 use crate::twins::{self, Entered, Running, Settled, Twin};
 use serde::Serialize;
@@ -45,20 +45,14 @@ use tracing::{Instrument, info, info_span, warn};
 /// ```
 #[derive(Clone)]
 pub struct Idempotency {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn IdempotencyStore>,
-    pub(crate) config: Config,
-    pub(crate) cache: Option<CompletedCache>,
+    pub(crate) engine: Arc<Engine>,
 }
 
 impl fmt::Debug for Idempotency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Idempotency")
-            .field("store", &self.inner.store)
-            .field("config", &self.inner.config)
+            .field("store", &self.engine.store)
+            .field("config", &self.engine.config)
             .finish()
     }
 }
@@ -68,6 +62,7 @@ impl fmt::Debug for Idempotency {
 pub struct IdempotencyBuilder {
     store: Arc<dyn IdempotencyStore>,
     config: Config,
+    clock: Arc<dyn Clock>,
 }
 
 impl IdempotencyBuilder {
@@ -120,7 +115,7 @@ impl IdempotencyBuilder {
 
     /// Where the engine reads the time ([`TestClock`](crate::clock::TestClock) in tests).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.config.clock = Arc::new(clock);
+        self.clock = Arc::new(clock);
         self
     }
 
@@ -154,9 +149,10 @@ impl IdempotencyBuilder {
         let cache = (self.config.local_cache_capacity > 0)
             .then(|| CompletedCache::new(self.config.local_cache_capacity));
         Ok(Idempotency {
-            inner: Arc::new(Inner {
+            engine: Arc::new(Engine {
                 store: self.store,
                 config: self.config,
+                clock: self.clock,
                 cache,
             }),
         })
@@ -178,18 +174,24 @@ impl Idempotency {
         IdempotencyBuilder {
             store: Arc::new(store),
             config: Config::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn IdempotencyStore> {
-        &self.inner.store
+        &self.engine.store
+    }
+
+    /// The time, as the handle's clock reads it.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.engine.now()
     }
 
     /// The stored id for `payload` under `op`: `{prefix}#{key}`.
     pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
-        let id = op.stored_id(&self.inner.config.function_name, payload)?;
-        let max = self.inner.store.limits().max_id_bytes;
+        let id = op.stored_id(&self.engine.config.function_name, payload)?;
+        let max = self.engine.store.limits().max_id_bytes;
         if id.len() > max {
             let mut cut = 64;
             while !id.is_char_boundary(cut) {
@@ -285,7 +287,7 @@ impl Idempotency {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        if self.inner.config.disabled {
+        if self.engine.config.disabled {
             warn!(
                 operation = op.name,
                 "idempotency disabled: running unprotected"
@@ -298,7 +300,7 @@ impl Idempotency {
         let id = self
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
-        let deadline = deadline.or_else(invocation::current_deadline);
+        let invocation = invocation_of(deadline);
         let span = info_span!("idempotency", key = %id, operation = %op.name);
         async move {
             let validation = op
@@ -307,7 +309,7 @@ impl Idempotency {
                 .map(|fields| validation_hash(payload, fields));
             // Within a batch invocation, a twin of a running call waits for it.
             let in_flight = twins::current();
-            let handle = Arc::as_ptr(&self.inner) as usize;
+            let handle = Arc::as_ptr(&self.engine) as usize;
             let running = loop {
                 let Some(in_flight) = &in_flight else {
                     break None;
@@ -322,26 +324,31 @@ impl Idempotency {
                     // record, never against a sibling that may itself be the stray one.
                     Entered::Twin(twin) if twin.validation != validation => break None,
                     Entered::Twin(twin) => {
-                        if let Some(answer) = self.join_twin(&id, twin, deadline).await {
+                        if let Some(answer) = self.join_twin(&id, twin, invocation).await {
                             return answer;
                         }
                     }
                 }
             };
             let result = match self
-                .claim(&id, validation, deadline)
+                .engine
+                .claim(&id, validation, invocation)
                 .await
                 .map_err(ExecuteError::Idempotency)
             {
                 Err(e) => Err(e),
                 Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),
                 Ok(Claimed::Cached(value)) => Ok((value, Outcome::ReplayedFromCache)),
-                Ok(Claimed::Run { claim, took_over }) => {
+                Ok(Claimed::Run {
+                    claim,
+                    cutoff,
+                    took_over,
+                }) => {
                     let result = match &running {
                         Some(_) => twins::enclosed_by(handle, &id, f()).await,
                         None => f().await,
                     };
-                    self.finish(&claim, result, took_over).await
+                    self.engine.finish(&claim, cutoff, result, took_over).await
                 }
             };
             if let Some(running) = running.filter(Running::awaited) {
@@ -359,18 +366,20 @@ impl Idempotency {
         &self,
         id: &str,
         twin: Twin,
-        deadline: Option<SystemTime>,
+        invocation: Option<Invocation>,
     ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
     where
         T: DeserializeOwned,
     {
         info!("a twin of this record is running in this batch: waiting for its result");
-        let settled = match deadline {
-            Some(deadline) => {
-                let left = deadline.duration_since(self.now()).unwrap_or_default();
+        // Waits no longer than the batch does: a twin still waiting when the batch answers
+        // is in progress, not unfinished.
+        let settled = match invocation {
+            Some(invocation) => {
+                let left = lease::left(self.now(), invocation.answer_by);
                 match tokio::time::timeout(left, twin.settled()).await {
                     Ok(settled) => settled,
-                    Err(_) => Some(Settled::InProgress(deadline)),
+                    Err(_) => Some(Settled::InProgress(invocation.deadline)),
                 }
             }
             None => twin.settled().await,
@@ -384,6 +393,7 @@ impl Idempotency {
                 Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
                     key: key(),
                     lease_expires,
+                    retry_after: lease::left(self.now(), lease_expires),
                 }))
             }
             Settled::Failed {
@@ -397,6 +407,19 @@ impl Idempotency {
                 permanent,
             })),
         })
+    }
+}
+
+/// The invocation a call runs in: the enclosing one, with `deadline` (if given) in
+/// place of its deadline.
+fn invocation_of(deadline: Option<SystemTime>) -> Option<Invocation> {
+    let enclosing = invocation::current();
+    match deadline {
+        Some(deadline) => Some(Invocation {
+            deadline,
+            answer_by: enclosing.map_or(deadline, |i| i.answer_by.min(deadline)),
+        }),
+        None => enclosing,
     }
 }
 

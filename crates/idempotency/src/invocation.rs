@@ -7,22 +7,52 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 tokio::task_local! {
-    static DEADLINE: SystemTime;
+    static INVOCATION: Invocation;
+}
+
+/// The invocation a call runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Invocation {
+    /// When Lambda ends the invocation.
+    pub(crate) deadline: SystemTime,
+    /// When the enclosing batch stops waiting and answers (the deadline outside a batch).
+    pub(crate) answer_by: SystemTime,
 }
 
 /// The deadline of a Lambda context, or `None` for a context without one
 /// (`Context::default()` in tests) or with one already past when read: a real invocation
 /// always starts before its deadline, and some local emulators send a duration instead
-/// of an epoch time (`cargo lambda watch` sends `600000`).
+/// of an epoch time (`cargo lambda watch` sends `600000`). Reads the system clock; the
+/// library's own callers pass their handle's clock to [`context_deadline_at`].
 pub fn context_deadline(context: &lambda_runtime::Context) -> Option<SystemTime> {
+    context_deadline_at(context, SystemTime::now())
+}
+
+/// [`context_deadline`] as seen at `now`.
+pub(crate) fn context_deadline_at(
+    context: &lambda_runtime::Context,
+    now: SystemTime,
+) -> Option<SystemTime> {
     let deadline = UNIX_EPOCH + Duration::from_millis(context.deadline);
-    (context.deadline > 0 && deadline > SystemTime::now()).then_some(deadline)
+    (context.deadline > 0 && deadline > now).then_some(deadline)
 }
 
 /// Runs `fut` with `deadline` as the invocation deadline seen by idempotent functions in it.
 pub async fn with_deadline<F: Future>(deadline: Option<SystemTime>, fut: F) -> F::Output {
-    match deadline {
-        Some(d) => DEADLINE.scope(d, fut).await,
+    within(
+        deadline.map(|deadline| Invocation {
+            deadline,
+            answer_by: deadline,
+        }),
+        fut,
+    )
+    .await
+}
+
+/// Runs `fut` within `invocation`, if any.
+pub(crate) async fn within<F: Future>(invocation: Option<Invocation>, fut: F) -> F::Output {
+    match invocation {
+        Some(invocation) => INVOCATION.scope(invocation, fut).await,
         None => fut.await,
     }
 }
@@ -34,7 +64,12 @@ pub async fn with_context<F: Future>(context: &lambda_runtime::Context, fut: F) 
 
 /// The deadline set by an enclosing [`with_deadline`] or [`with_context`].
 pub fn current_deadline() -> Option<SystemTime> {
-    DEADLINE.try_with(|d| *d).ok()
+    current().map(|i| i.deadline)
+}
+
+/// The enclosing invocation, if any.
+pub(crate) fn current() -> Option<Invocation> {
+    INVOCATION.try_with(|i| *i).ok()
 }
 
 #[cfg(test)]

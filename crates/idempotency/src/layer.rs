@@ -123,7 +123,7 @@ where
         let operation = self.operation.clone();
         Box::pin(async move {
             let payload = serde_json::to_value(&event.payload)?;
-            let deadline = invocation::context_deadline(&event.context);
+            let deadline = invocation::context_deadline_at(&event.context, idempotency.now());
             let run = || async move { inner.call(event).await.map_err(Into::into) };
             let run = invocation::with_deadline(
                 deadline,

@@ -56,9 +56,9 @@ mod handle;
 mod invocation;
 mod key;
 mod layer;
+mod lease;
 mod operation;
 mod record;
-mod retry;
 pub mod store;
 mod twins;
 

@@ -107,13 +107,12 @@ impl Record {
     /// - an in-progress record without a lease (Powertools writes those outside Lambda) is
     ///   held until it expires.
     pub fn is_claimable_at(&self, now: SystemTime) -> bool {
-        let lease_live = self
-            .in_progress_expiration
-            .is_some_and(|lease| epoch_millis(lease) >= epoch_millis(now));
-        if self.status == Status::InProgress && self.in_progress_expiration.is_some() {
-            return !lease_live;
-        }
-        epoch_secs(self.expiration) < epoch_secs(now)
+        crate::lease::is_claimable(
+            self.status,
+            self.expiration,
+            self.in_progress_expiration,
+            now,
+        )
     }
 
     /// Whether `claim` may replace this record: it no longer counts at the claim's time,
@@ -146,6 +145,39 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// A claim on `id` made at `now`, holding the key until `lease_until` under
+    /// `lease_token`; it expires when its lease ends (see [`expires_at`](Self::expires_at))
+    /// and has no validation hash (see [`with_validation`](Self::with_validation)).
+    ///
+    /// The engine makes the claims a store sees; this is for a store's own tests.
+    pub fn new(
+        id: impl Into<String>,
+        now: SystemTime,
+        lease_until: SystemTime,
+        lease_token: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            now,
+            expiration: lease_until,
+            lease_until,
+            lease_token: lease_token.into(),
+            validation: None,
+        }
+    }
+
+    /// The record's expiry (`expiration`).
+    pub fn expires_at(mut self, expiration: SystemTime) -> Self {
+        self.expiration = expiration;
+        self
+    }
+
+    /// The payload's validation hash.
+    pub fn with_validation(mut self, validation: impl Into<String>) -> Self {
+        self.validation = Some(validation.into());
+        self
+    }
+
     /// The record a successful claim leaves.
     pub fn to_record(&self) -> Record {
         Record {

@@ -773,3 +773,50 @@ async fn a_twin_of_a_deployment_fault_is_not_a_permanent_failure() {
         "{reason}"
     );
 }
+
+/// However wide the batch's margin, a completion that the store never answers is given
+/// up before the batch answers: the record is reported as run (and unstored), never as
+/// unfinished, and its provider call is not repeated by a redelivery of the others.
+#[tokio::test(start_paused = true)]
+async fn store_retries_stop_before_the_batch_answers_whatever_its_margin() {
+    use lambda_idempotency::clock::{Clock, TestClock};
+    let clock = TestClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let store = FaultyStore::new(MemoryStore::new());
+    store.inject(StoreOp::Complete, Fault::Hang, 100);
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .clock(clock.clone())
+        .build();
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let mut context = Context::default();
+    context.deadline = lambda_idempotency::store::epoch_millis(clock.now()) + 4_000;
+    let event = LambdaEvent::new(
+        serde_json::from_value::<SqsEvent>(json!({"Records": [
+            {"messageId": "m1", "body": "{\"id\": \"a\"}"},
+        ]}))
+        .unwrap(),
+        context,
+    );
+    let report = SqsBatch::new()
+        // Wider than the engine's own completion margin (600 ms).
+        .deadline_margin(Duration::from_secs(2))
+        .clock(clock.clone())
+        .report_json(event, |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                idempotency
+                    .execute(op, &body, || async { Ok::<_, lambda_runtime::Error>(7) })
+                    .await
+                    .map(|(_, outcome)| outcome)
+                    .map_err(ExecuteError::into_inner)
+            }
+        })
+        .await;
+    let outcome = report.records[0].result.as_ref().map(|o| *o);
+    assert_eq!(
+        outcome.map_err(|f| f.kind),
+        Ok(Outcome::ExecutedUnstored),
+        "the completion was given up before the batch answered"
+    );
+    assert!(store.requests(StoreOp::Complete) >= 1);
+}

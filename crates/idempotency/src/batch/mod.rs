@@ -11,14 +11,16 @@ mod report;
 
 pub use report::{BatchError, BatchReport, FailureKind, InvalidBody, RecordFailure, RecordReport};
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::BoxError;
-use crate::invocation;
+use crate::invocation::{self, Invocation};
+use crate::lease;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tracing::warn;
 
@@ -83,6 +85,7 @@ pub struct SqsBatch {
     max_concurrency: usize,
     fail_invocation_when_all_fail: bool,
     deadline_margin: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for SqsBatch {
@@ -98,13 +101,23 @@ impl SqsBatch {
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             fail_invocation_when_all_fail: false,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            clock: Arc::new(SystemClock),
         }
     }
 
     /// Answers this long before the invocation's deadline, reporting records that have not
-    /// finished as [`FailureKind::Unfinished`]. Default: 500 ms.
+    /// finished as [`FailureKind::Unfinished`]. Default: 500 ms. Store retries inside the
+    /// batch stop before it answers, whatever the margin, so a result that was computed
+    /// but could not be stored is reported as such rather than as unfinished.
     pub fn deadline_margin(mut self, margin: Duration) -> Self {
         self.deadline_margin = margin;
+        self
+    }
+
+    /// Where the batch reads the time to find how long it may wait
+    /// ([`TestClock`](crate::clock::TestClock) in tests; give the handle the same one).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
         self
     }
 
@@ -183,7 +196,7 @@ impl SqsBatch {
         Fut: Future<Output = Result<T, E>>,
         E: Into<BoxError>,
     {
-        let deadline = invocation::context_deadline(&event.context);
+        let deadline = invocation::context_deadline_at(&event.context, self.clock.now());
         self.report_records(event.payload.records, deadline, handler)
             .await
     }
@@ -213,13 +226,14 @@ impl SqsBatch {
             .buffer_unordered(self.max_concurrency)
             .for_each(|()| std::future::ready(()));
         // Twins (two records with one key) meet within this invocation, not in the store.
-        let work = invocation::with_deadline(deadline, crate::twins::scope(work));
-        match deadline {
-            Some(deadline) => {
-                let left = deadline
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default()
-                    .saturating_sub(self.deadline_margin);
+        let invocation = deadline.map(|deadline| Invocation {
+            deadline,
+            answer_by: lease::answer_by(deadline, self.deadline_margin),
+        });
+        let work = invocation::within(invocation, crate::twins::scope(work));
+        match invocation {
+            Some(invocation) => {
+                let left = lease::left(self.clock.now(), invocation.answer_by);
                 if tokio::time::timeout(left, work).await.is_err() {
                     warn!(
                         margin = ?self.deadline_margin,

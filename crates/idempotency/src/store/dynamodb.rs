@@ -172,7 +172,7 @@ impl DynamoDbStore {
         &self.table
     }
 
-    async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+    async fn send_claim(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
         let n = &self.names;
         let item = self.to_item(&claim.to_record());
         let result = self
@@ -219,7 +219,7 @@ impl DynamoDbStore {
                     match conflict.item() {
                         Some(old) if !old.is_empty() => Ok(ClaimOutcome::Exists(self.parse(old)?)),
                         // Some DynamoDB-compatible servers omit ALL_OLD: read once.
-                        _ => Ok(match self.get_once(&claim.id).await? {
+                        _ => Ok(match self.read_record(&claim.id).await? {
                             Some(record) => ClaimOutcome::Exists(record),
                             None => ClaimOutcome::Vanished,
                         }),
@@ -230,7 +230,7 @@ impl DynamoDbStore {
         }
     }
 
-    async fn complete_once(
+    async fn send_completion(
         &self,
         claim: &Claim,
         data: Option<&str>,
@@ -271,7 +271,7 @@ impl DynamoDbStore {
         }
     }
 
-    async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+    async fn send_release(&self, claim: &Claim) -> Result<(), Error> {
         let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         let n = &self.names;
         let result = self
@@ -295,7 +295,7 @@ impl DynamoDbStore {
         }
     }
 
-    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+    async fn read_record(&self, id: &str) -> Result<Option<Record>, Error> {
         let out = self
             .client
             .get_item()
@@ -463,7 +463,7 @@ impl IdempotencyStore for DynamoDbStore {
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
-        Box::pin(self.claim_once(claim))
+        Box::pin(self.send_claim(claim))
     }
 
     fn complete<'a>(
@@ -472,15 +472,15 @@ impl IdempotencyStore for DynamoDbStore {
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.complete_once(claim, data, expiration))
+        Box::pin(self.send_completion(claim, data, expiration))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.release_once(claim))
+        Box::pin(self.send_release(claim))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
-        Box::pin(self.get_once(id))
+        Box::pin(self.read_record(id))
     }
 }
 

@@ -140,7 +140,8 @@ impl StoreLimits {
 ///   is not created). Both may be repeated: a repeated completion succeeds again.
 /// - Backend failures are [`Error::Store`], with `retryable` set for throttling, 5xx
 ///   answers and timeouts. The engine owns retries and timeouts; a store should not
-///   retry on its own.
+///   retry on its own, beyond what its protocol needs to deliver one request (the Redis
+///   Cluster client follows a `MOVED` or `ASK` redirect).
 ///
 /// [`conformance`] (feature `conformance`) checks all of this.
 pub trait IdempotencyStore: Send + Sync + Debug {

@@ -383,7 +383,7 @@ impl PostgresStore {
         Ok(u64::try_from(deleted).unwrap_or(0))
     }
 
-    async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+    async fn send_claim(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
         let (expiration, lease_until) = (secs(claim.expiration), millis(claim.lease_until));
         let (now_s, now_ms) = (secs(claim.now), millis(claim.now));
         let rows = self
@@ -403,7 +403,7 @@ impl PostgresStore {
         self.claim_outcome(&rows, claim)
     }
 
-    async fn complete_once(
+    async fn send_completion(
         &self,
         claim: &Claim,
         data: Option<&str>,
@@ -429,7 +429,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+    async fn send_release(&self, claim: &Claim) -> Result<(), Error> {
         let rows = self
             .query(
                 &self.inner.sql.release,
@@ -447,7 +447,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+    async fn read_record(&self, id: &str) -> Result<Option<Record>, Error> {
         let rows = self
             .query(&self.inner.sql.get, &[(&stored_id(id), Type::TEXT)])
             .await?;
@@ -473,7 +473,7 @@ impl IdempotencyStore for PostgresStore {
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
-        Box::pin(self.claim_once(claim))
+        Box::pin(self.send_claim(claim))
     }
 
     fn complete<'a>(
@@ -482,15 +482,15 @@ impl IdempotencyStore for PostgresStore {
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.complete_once(claim, data, expiration))
+        Box::pin(self.send_completion(claim, data, expiration))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.release_once(claim))
+        Box::pin(self.send_release(claim))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
-        Box::pin(self.get_once(id))
+        Box::pin(self.read_record(id))
     }
 }
 

@@ -1,6 +1,6 @@
 //! TLS from the URL's `sslmode`: the roots or configuration given, the rustls
-//! configuration of a connection, the system's roots, and the verifier that checks no
-//! certificate (libpq's `prefer`).
+//! configuration of a connection, the system's roots (from `rustls-native-certs`, as
+//! for Redis), and the verifier that checks no certificate (libpq's `prefer`).
 
 use super::{BACKEND, PostgresStore};
 use crate::error::Error;
@@ -52,39 +52,23 @@ impl PostgresStore {
             return Err(Error::store(
                 BACKEND,
                 false,
-                "sslmode=require but no root certificate was found: set SSL_CERT_FILE or use with_root_certificates_pem",
+                "sslmode=require but no root certificate was found: set SSL_CERT_FILE (or SSL_CERT_DIR) or use with_root_certificates_pem",
             ));
         }
         Ok(builder.with_root_certificates(store).with_no_client_auth())
     }
 }
 
-/// Root certificates of the system: `SSL_CERT_FILE`, else the first CA bundle found at
-/// the usual places (Amazon Linux, Debian, Alpine, Fedora, macOS).
+/// Root certificates of the system, found as the Redis store's TLS finds them (both
+/// through `rustls-native-certs`): `SSL_CERT_FILE` or `SSL_CERT_DIR` if set, else the
+/// platform's store. Unreadable entries are skipped; none at all fails the connection
+/// with a message that says what to set.
 fn system_roots() -> Vec<CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    const BUNDLES: [&str; 5] = [
-        "/etc/pki/tls/certs/ca-bundle.crt",
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/ssl/cert.pem",
-        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-        "/etc/ssl/ca-bundle.pem",
-    ];
-    let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
-    let candidates = from_env
-        .into_iter()
-        .chain(BUNDLES.iter().map(std::path::PathBuf::from));
-    for path in candidates {
-        if let Ok(pem) = std::fs::read(&path) {
-            let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
-                .filter_map(Result::ok)
-                .collect();
-            if !certs.is_empty() {
-                return certs;
-            }
-        }
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::debug!(%error, "skipped a system root certificate source");
     }
-    Vec::new()
+    found.certs
 }
 
 /// `sslmode=prefer` without roots: encrypted, the certificate unchecked (libpq's

@@ -168,7 +168,7 @@ impl RedisStore {
         self.send(cmd).await?.map_err(store_error)
     }
 
-    async fn get_once(&self, id: &str) -> Result<Option<Record>, Error> {
+    async fn read_record(&self, id: &str) -> Result<Option<Record>, Error> {
         let reply = self.query(redis::cmd("HGETALL").arg(self.key(id))).await?;
         let fields = fields(id, reply)?;
         if fields.is_empty() {
@@ -190,7 +190,7 @@ impl IdempotencyStore for RedisStore {
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
-        Box::pin(self.claim_once(claim))
+        Box::pin(self.send_claim(claim))
     }
 
     fn complete<'a>(
@@ -199,14 +199,14 @@ impl IdempotencyStore for RedisStore {
         data: Option<&'a str>,
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.complete_once(claim, data, expiration))
+        Box::pin(self.send_completion(claim, data, expiration))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.release_once(claim))
+        Box::pin(self.send_release(claim))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
-        Box::pin(self.get_once(id))
+        Box::pin(self.read_record(id))
     }
 }

@@ -59,7 +59,7 @@ impl RedisStore {
         }
     }
 
-    pub(super) async fn claim_once(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
+    pub(super) async fn send_claim(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
         let args = [
             epoch_millis(claim.now).to_string(),
             epoch_secs(claim.now).to_string(),
@@ -74,7 +74,7 @@ impl RedisStore {
         claim_outcome(&claim.id, reply)
     }
 
-    pub(super) async fn complete_once(
+    pub(super) async fn send_completion(
         &self,
         claim: &Claim,
         data: Option<&str>,
@@ -91,23 +91,16 @@ impl RedisStore {
         fenced(&claim.id, reply)
     }
 
-    pub(super) async fn release_once(&self, claim: &Claim) -> Result<(), Error> {
+    pub(super) async fn send_release(&self, claim: &Claim) -> Result<(), Error> {
         let args = [claim.lease_token.clone()];
         let reply = self.eval(&RELEASE, &self.key(&claim.id), &args).await?;
         fenced(&claim.id, reply)
     }
 }
 
-/// When Redis may delete the key: after the second of `expiration` and after the lease
-/// (a record counts through both), plus [`KEY_GRACE`].
+/// When Redis may delete the key: the lease module's rule, with [`KEY_GRACE`].
 fn key_expiry_ms(expiration: SystemTime, lease_until: Option<SystemTime>) -> u64 {
-    let expires = epoch_secs(expiration)
-        .saturating_add(1)
-        .saturating_mul(1000);
-    let lease_ends = lease_until.map_or(0, |l| epoch_millis(l).saturating_add(1));
-    expires
-        .max(lease_ends)
-        .saturating_add(KEY_GRACE.as_millis() as u64)
+    crate::lease::key_expiry_ms(expiration, lease_until, KEY_GRACE)
 }
 
 #[cfg(test)]

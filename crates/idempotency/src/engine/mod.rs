@@ -1,59 +1,83 @@
-//! The state machine: claim, run, complete or release.
+//! The state machine: claim, run, complete or release. [`Engine`] holds what it needs
+//! (the store, the settings, the clock, the cache); [`Idempotency`](crate::Idempotency)
+//! is its public face.
 
-use crate::cache::Cached;
-use crate::clock;
-use crate::config;
+mod retry;
+
+pub(crate) use retry::MIN_ATTEMPT_TIMEOUT;
+
+use crate::cache::{Cached, CompletedCache};
+use crate::clock::{self, Clock};
+use crate::config::Config;
 use crate::error::{Error, ExecuteError};
-use crate::handle::Idempotency;
+use crate::invocation::Invocation;
+use crate::lease;
 use crate::operation::Outcome;
 use crate::record::{Claim, Record, Status, new_lease_token};
-use crate::retry::store_cutoff;
-use crate::store::ClaimOutcome;
+use crate::store::{ClaimOutcome, IdempotencyStore};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 use tracing::{debug, error, info, warn};
 
-impl Idempotency {
+/// The engine: one per [`Idempotency`](crate::Idempotency) handle, shared by its clones.
+pub(crate) struct Engine {
+    pub(crate) store: Arc<dyn IdempotencyStore>,
+    pub(crate) config: Config,
+    /// Where every time the engine works with comes from.
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cache: Option<CompletedCache>,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Claims `id`, or answers from the cache or the store. `invocation` bounds the lease
+    /// and the store requests.
     pub(crate) async fn claim<T: DeserializeOwned>(
         &self,
         id: &str,
         validation: Option<String>,
-        deadline: Option<SystemTime>,
+        invocation: Option<Invocation>,
     ) -> Result<Claimed<T>, Error> {
-        let cached = self
-            .inner
-            .cache
-            .as_ref()
-            .and_then(|c| c.get(id, self.now()));
+        let cached = self.cache.as_ref().and_then(|c| c.get(id, self.now()));
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
             debug!("replayed from the local cache");
             return decode(id, cached.data.as_deref()).map(Claimed::Cached);
         }
-        let attempts = self.inner.config.max_claim_attempts;
+        let attempts = self.config.max_claim_attempts;
+        let deadline = invocation.map(|i| i.deadline);
+        let answer_by = invocation.map(|i| i.answer_by);
         for _ in 0..attempts {
             let now = self.now();
-            let lease_until = self.lease_until(now, deadline);
+            let lease_until = lease::lease_until(now, self.config.lease, deadline);
             let claim = Claim {
                 id: id.to_owned(),
                 now,
-                // An expiry never ends a live lease.
-                expiration: clock::add(now, self.inner.config.expires_after).max(lease_until),
+                expiration: lease::expiration(now, self.config.expires_after, lease_until),
                 lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
             };
-            let store = &self.inner.store;
+            let cutoff = lease::store_cutoff(&claim, answer_by);
+            let store = &self.store;
             // The same claim (same token) on every attempt: a retry after an answer was
             // lost finds its own record and succeeds.
             let outcome = self
-                .retry(
-                    store_cutoff(&claim),
-                    self.inner.config.max_store_attempts,
-                    || store.claim(&claim),
-                )
+                .retry(cutoff, self.config.max_store_attempts, || {
+                    store.claim(&claim)
+                })
                 .await?;
             match outcome {
                 ClaimOutcome::Claimed { previous } => {
@@ -73,7 +97,11 @@ impl Idempotency {
                         None => debug!("claimed"),
                     }
                     let took_over = previous.is_some() && !own;
-                    return Ok(Claimed::Run { claim, took_over });
+                    return Ok(Claimed::Run {
+                        claim,
+                        cutoff,
+                        took_over,
+                    });
                 }
                 ClaimOutcome::Exists(record) => {
                     if record.is_claimable_by(&claim) {
@@ -105,12 +133,13 @@ impl Idempotency {
                 Err(Error::AlreadyInProgress {
                     key: record.id,
                     lease_expires,
+                    retry_after: lease::left(self.now(), lease_expires),
                 })
             }
             Status::Completed => {
                 let value = decode(&record.id, record.data.as_deref())?;
                 info!("replayed the stored result");
-                if let Some(cache) = &self.inner.cache {
+                if let Some(cache) = &self.cache {
                     cache.insert(
                         record.id,
                         Cached {
@@ -125,9 +154,12 @@ impl Idempotency {
         }
     }
 
+    /// Stores the function's result for `claim`, or releases the claim when it failed.
+    /// Store requests stop at `cutoff`.
     pub(crate) async fn finish<T, E>(
         &self,
         claim: &Claim,
+        cutoff: SystemTime,
         result: Result<T, E>,
         took_over: bool,
     ) -> Result<(T, Outcome), ExecuteError<E>>
@@ -138,7 +170,7 @@ impl Idempotency {
         let value = match result {
             Ok(value) => value,
             Err(err) => {
-                self.release(claim, &format!("the function failed: {err}"))
+                self.release(claim, cutoff, &format!("the function failed: {err}"))
                     .await;
                 return Err(ExecuteError::Function(err));
             }
@@ -146,14 +178,15 @@ impl Idempotency {
         let data = match serde_json::to_string(&value) {
             Ok(data) => data,
             Err(source) => {
-                self.release(claim, "its result does not serialize").await;
+                self.release(claim, cutoff, "its result does not serialize")
+                    .await;
                 return Err(ExecuteError::Idempotency(Error::Serialization {
                     key: claim.id.clone(),
                     source,
                 }));
             }
         };
-        let limits = self.inner.store.limits();
+        let limits = self.store.limits();
         let size = limits.record_overhead_bytes
             + claim.id.len()
             + data.len()
@@ -168,13 +201,13 @@ impl Idempotency {
                 "the result is too large to store; marking the record completed without it so the function never runs twice"
             );
         }
-        let expiration = clock::add(self.now(), self.inner.config.expires_after);
+        let expiration = clock::add(self.now(), self.config.expires_after);
         let stored = (!too_large).then_some(data.as_str());
-        let store = &self.inner.store;
+        let store = &self.store;
         // The result is already paid for: retry for as long as the lease allows. A retry
         // after a lost answer finds the record completed with its own token and succeeds.
         let completed = self
-            .retry(store_cutoff(claim), u32::MAX, || {
+            .retry(cutoff, u32::MAX, || {
                 store.complete(claim, stored, expiration)
             })
             .await;
@@ -186,7 +219,7 @@ impl Idempotency {
             })),
             Ok(()) => {
                 debug!("completed");
-                if let Some(cache) = &self.inner.cache {
+                if let Some(cache) = &self.cache {
                     cache.insert(
                         claim.id.clone(),
                         Cached {
@@ -216,14 +249,12 @@ impl Idempotency {
         }
     }
 
-    async fn release(&self, claim: &Claim, why: &str) {
-        let store = &self.inner.store;
+    async fn release(&self, claim: &Claim, cutoff: SystemTime, why: &str) {
+        let store = &self.store;
         let released = self
-            .retry(
-                store_cutoff(claim),
-                self.inner.config.max_store_attempts,
-                || store.release(claim),
-            )
+            .retry(cutoff, self.config.max_store_attempts, || {
+                store.release(claim)
+            })
             .await;
         match released {
             Ok(()) => info!(reason = why, "released the claim"),
@@ -233,26 +264,20 @@ impl Idempotency {
         }
     }
 
+    /// The time, from the clock seam.
     pub(crate) fn now(&self) -> SystemTime {
-        self.inner.config.clock.now()
-    }
-
-    fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
-        // A lease never outlives its invocation: nothing runs past the deadline, and the
-        // store retries stop at the lease's cutoff.
-        let until = match (self.inner.config.lease, deadline) {
-            (Some(lease), Some(deadline)) => clock::add(now, lease).min(deadline),
-            (Some(lease), None) => clock::add(now, lease),
-            (None, Some(deadline)) => deadline.min(clock::far_future()),
-            (None, None) => clock::add(now, config::DEFAULT_LEASE),
-        };
-        until.max(clock::add(now, config::MIN_LEASE))
+        self.clock.now()
     }
 }
 
 /// What a claim found: run the function, or answer with a stored result.
 pub(crate) enum Claimed<T> {
-    Run { claim: Claim, took_over: bool },
+    Run {
+        claim: Claim,
+        /// When store requests for the claim stop.
+        cutoff: SystemTime,
+        took_over: bool,
+    },
     Stored(T),
     Cached(T),
 }

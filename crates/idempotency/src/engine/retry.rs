@@ -1,11 +1,10 @@
 //! Store requests under a deadline: attempts cut off by a timeout, retried with backoff
 //! on retryable errors, never past the lease's cutoff.
 
+use super::Engine;
 use crate::clock;
 use crate::config;
 use crate::error::Error;
-use crate::handle::Idempotency;
-use crate::record::Claim;
 use crate::store::BoxFuture;
 use std::time::{Duration, SystemTime};
 use tracing::warn;
@@ -15,7 +14,7 @@ use tracing::warn;
 /// the invocation.
 pub(crate) const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(100);
 
-impl Idempotency {
+impl Engine {
     /// Runs one store request up to `max_attempts` times on retryable errors, with
     /// backoff. Every attempt is cut off after the attempt timeout or at `cutoff`,
     /// whichever comes first (a timed-out attempt is a retryable error: it may have been
@@ -32,7 +31,6 @@ impl Idempotency {
         loop {
             let left = clock::until(self.now(), cutoff);
             let timeout = self
-                .inner
                 .config
                 .store_attempt_timeout
                 .min(left)
@@ -40,7 +38,7 @@ impl Idempotency {
             let result = match tokio::time::timeout(timeout, op()).await {
                 Ok(result) => result,
                 Err(_) => Err(Error::store(
-                    self.inner.store.name(),
+                    self.store.name(),
                     true,
                     format!("no answer within {timeout:?}; the request may have been applied"),
                 )),
@@ -60,13 +58,6 @@ impl Idempotency {
             }
         }
     }
-}
-
-/// When store requests for `claim` stop: shortly before its lease ends, leaving the
-/// handler time to answer Lambda before the invocation's deadline.
-pub(crate) fn store_cutoff(claim: &Claim) -> SystemTime {
-    let lease = clock::until(claim.now, claim.lease_until);
-    claim.lease_until - config::COMPLETION_MARGIN.min(lease / 10)
 }
 
 fn jitter(d: Duration) -> Duration {

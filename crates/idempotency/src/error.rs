@@ -106,7 +106,7 @@ pub enum Error {
     /// function is not run again, since it already ran once for this key. Evolve result
     /// types so old records still deserialize (`#[serde(default)]` on new fields,
     /// `Option`), or, to run every key again, change the operation's name or `key_prefix`
-    /// (a new version): see the README's "Changing a result type".
+    /// (a new version): see "Changing a result type" in the repository's `docs/design.md`.
     StoredResultIncompatible {
         /// The stored idempotency id.
         key: String,

@@ -44,6 +44,10 @@ pub mod __macro_support;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+/// The store guide's examples (`docs/stores.md`), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/stores.md")]
+struct StoresDoctests;
 
 mod batch;
 mod cache;

@@ -332,7 +332,7 @@ fn some_root_pem() -> Vec<u8> {
 #[tokio::test]
 async fn postgres_prefer_with_roots_never_falls_back_to_plaintext() {
     let (addr, password) = downgrading_server().await;
-    // No sslmode: prefer, the documented default; the RDS bundle given as in the README.
+    // No sslmode: prefer, the documented default; the RDS bundle given as in docs/stores.md.
     let url = format!("postgres://worker:s3cret@{addr}/app");
     let store = PostgresStore::connect(&url, "idempotency")
         .unwrap()

@@ -13,12 +13,9 @@ use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
 use std::time::{Duration, SystemTime};
 
-/// The redrive policy's `maxReceiveCount`: 3 here to keep the output short; the SAM
-/// template's default is 5.
+/// The redrive policy's `maxReceiveCount`: 3 here to keep the output short (every receive
+/// of a failed record prints a line); the SAM template's default is 5.
 const MAX_RECEIVE_COUNT: u32 = 3;
-
-/// Requests in `events/` that can be sent: every one must cost exactly one model call.
-const DISTINCT_SENDABLE_REQUESTS: usize = 14;
 
 const EVENTS: [(&str, &str); 6] = [
     ("single-request.json", "a single request"),
@@ -58,6 +55,11 @@ async fn main() {
 
     let events_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events");
     let mut deliveries = 0;
+    // What each delivery did, and what was left for the dead-letter queue.
+    let (mut ran, mut replayed, mut joined, mut failed) = (0, 0, 0, 0);
+    let mut dead_permanent = 0;
+    let mut dead_behind_poison = Vec::new();
+    let mut dead_other = 0;
     for (file, what) in EVENTS {
         let text = std::fs::read_to_string(format!("{events_dir}/{file}"))
             .unwrap_or_else(|e| panic!("read events/{file}: {e}"));
@@ -80,18 +82,33 @@ async fn main() {
             for (record, message) in report.records.iter().zip(&records) {
                 let what = match &record.result {
                     Ok(d) if d.called_model => {
+                        ran += 1;
                         format!("called the model: {}", answer(&d.completion))
                     }
-                    Ok(d) if d.outcome == Outcome::Joined => format!(
-                        "waited for its twin in this batch, no model call: {}",
-                        answer(&d.completion)
-                    ),
-                    Ok(d) => format!(
-                        "replayed the stored result, no model call: {}",
-                        answer(&d.completion)
-                    ),
+                    Ok(d) if d.outcome == Outcome::Joined => {
+                        joined += 1;
+                        format!(
+                            "waited for its twin in this batch, no model call: {}",
+                            answer(&d.completion)
+                        )
+                    }
+                    Ok(d) => {
+                        replayed += 1;
+                        format!(
+                            "replayed the stored result, no model call: {}",
+                            answer(&d.completion)
+                        )
+                    }
                     Err(f) => {
+                        failed += 1;
                         let next = if receive >= MAX_RECEIVE_COUNT {
+                            if f.kind.is_permanent() {
+                                dead_permanent += 1;
+                            } else if f.kind == FailureKind::SkippedAfterGroupFailure {
+                                dead_behind_poison.push(request_label(message));
+                            } else {
+                                dead_other += 1;
+                            }
                             "-> left for the dead-letter queue"
                         } else {
                             again.push(message.clone());
@@ -120,10 +137,25 @@ async fn main() {
             receive += 1;
         }
     }
+    let dead = dead_permanent + dead_behind_poison.len() + dead_other;
+    let mut dead_letters = vec![format!("{dead_permanent} that can never succeed")];
+    if !dead_behind_poison.is_empty() {
+        dead_letters.push(format!(
+            "{} valid ({}) never sent, held back behind its FIFO group's poison message",
+            dead_behind_poison.len(),
+            dead_behind_poison.join(", ")
+        ));
+    }
+    if dead_other > 0 {
+        dead_letters.push(format!("{dead_other} that kept failing"));
+    }
     println!(
-        "\n{deliveries} deliveries of {} distinct requests that could be sent; the provider saw {} model calls.",
-        DISTINCT_SENDABLE_REQUESTS,
-        provider.completion_calls()
+        "\n{deliveries} deliveries: {ran} requests ran (the provider saw {} model calls), {replayed} replayed a stored result, {joined} joined a twin in its batch, {failed} failed; {dead} messages left for the dead-letter queue: {}.",
+        provider.completion_calls(),
+        dead_letters.join(", ")
+    );
+    println!(
+        "maxReceiveCount is {MAX_RECEIVE_COUNT} here to keep this output short (each receive of a failed record prints a line); template.yaml's MaxReceiveCount defaults to 5, more receives before a deployed worker dead-letters a message for a passing failure (a provider's 429)."
     );
 }
 

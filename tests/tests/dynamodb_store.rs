@@ -434,7 +434,7 @@ async fn custom_attribute_names_count_toward_the_size_limit() {
     names.lease_token = long("lease_token");
     names.status = long("status");
     names.in_progress_expiration = long("in_progress_expiration");
-    let store = store.with_attribute_names(names);
+    let store = store.attribute_names(names);
     let idem = Idempotency::builder(store)
         .lease(Duration::from_secs(30))
         .build();

@@ -196,11 +196,10 @@ impl Error {
         )
     }
 
-    pub(crate) fn store(
-        backend: &'static str,
-        retryable: bool,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    /// A store's failure: what a backend returns when its request fails. `retryable`
+    /// when the same request may succeed later (throttling, a 5xx, a timeout, a dropped
+    /// connection), so the engine retries it within the lease.
+    pub fn store(backend: &'static str, retryable: bool, source: impl Into<BoxError>) -> Self {
         Error::Store {
             backend,
             retryable,

@@ -23,7 +23,7 @@ pub(crate) struct Invocation {
 /// (`Context::default()` in tests) or with one already past when read: a real invocation
 /// always starts before its deadline, and some local emulators send a duration instead
 /// of an epoch time (`cargo lambda watch` sends `600000`). Reads the system clock; the
-/// library's own callers pass their handle's clock to [`context_deadline_at`].
+/// library's own callers read the time from their handle's clock instead.
 pub fn context_deadline(context: &lambda_runtime::Context) -> Option<SystemTime> {
     context_deadline_at(context, SystemTime::now())
 }

@@ -147,7 +147,7 @@ pub struct Claim {
 impl Claim {
     /// A claim on `id` made at `now`, holding the key until `lease_until` under
     /// `lease_token`; it expires when its lease ends (see [`expires_at`](Self::expires_at))
-    /// and has no validation hash (see [`with_validation`](Self::with_validation)).
+    /// and has no validation hash (see [`with_validation`](Self::validation)).
     ///
     /// The engine makes the claims a store sees; this is for a store's own tests.
     pub fn new(
@@ -173,7 +173,7 @@ impl Claim {
     }
 
     /// The payload's validation hash.
-    pub fn with_validation(mut self, validation: impl Into<String>) -> Self {
+    pub fn validation(mut self, validation: impl Into<String>) -> Self {
         self.validation = Some(validation.into());
         self
     }

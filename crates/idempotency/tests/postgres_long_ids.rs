@@ -50,7 +50,7 @@ async fn table(test: &str) -> (PostgresStore, tokio_postgres::Client, String) {
         .ok();
     let name = format!("idem_{test}_{:012x}", fastrand::u64(..) >> 16);
     let store =
-        PostgresStore::connect(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
+        PostgresStore::from_url(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
     store.create_table().await.unwrap();
     (store, admin, name)
 }
@@ -70,7 +70,7 @@ async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
         .ok();
     let name = format!("idem_long_id_{:012x}", fastrand::u64(..) >> 16);
     let store =
-        PostgresStore::connect(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
+        PostgresStore::from_url(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
     store.create_table().await.unwrap();
 
     // The id as the engine builds it, exactly at its limit: accepted.

@@ -584,7 +584,7 @@ async fn a_missing_table_is_a_clear_permanent_error() {
         postgres_schema(),
         fastrand::u64(..)
     );
-    let store = PostgresStore::connect(&postgres_url(), &name).unwrap();
+    let store = PostgresStore::from_url(&postgres_url(), &name).unwrap();
     let err = store.get("x").await.unwrap_err();
     let message = lambda_idempotency::report(&err);
     assert!(
@@ -620,7 +620,7 @@ async fn a_missing_table_is_a_clear_permanent_error() {
 #[tokio::test]
 async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
     // Nothing listens on port 1: refused, retryable, the driver's error as the source.
-    let store = PostgresStore::connect("postgres://postgres@127.0.0.1:1/test", "t").unwrap();
+    let store = PostgresStore::from_url("postgres://postgres@127.0.0.1:1/test", "t").unwrap();
     let err = store.get("x").await.unwrap_err();
     match &err {
         Error::Store {
@@ -636,7 +636,7 @@ async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
     assert!(store.ensure_connected().await.is_err());
     // A malformed URL: permanent.
     assert!(matches!(
-        PostgresStore::connect("postgres://u@h:port/db", "t"),
+        PostgresStore::from_url("postgres://u@h:port/db", "t"),
         Err(Error::Store {
             retryable: false,
             ..
@@ -789,17 +789,13 @@ async fn tls_follows_sslmode() {
     let sep = if url.contains('?') { '&' } else { '?' };
     let plain = table.store_with(&format!("{url}{sep}sslmode=disable"));
     plain.get("x").await.unwrap();
-    assert!(
-        plain
-            .with_root_certificates_pem(b"not a certificate")
-            .is_err()
-    );
+    assert!(plain.root_certificates_pem(b"not a certificate").is_err());
     table.drop_table().await;
 }
 
 #[test]
 fn name_and_limits() {
-    let store = PostgresStore::connect("postgres://u@h/db", "s.t").unwrap();
+    let store = PostgresStore::from_url("postgres://u@h/db", "s.t").unwrap();
     assert_eq!(store.name(), "postgres");
     assert_eq!(store.limits(), StoreLimits::DYNAMODB);
     assert_eq!(store.table(), "s.t");
@@ -939,7 +935,7 @@ async fn connect_is_bounded_when_the_server_never_answers() {
     });
     let attempt = |query: &'static str, bound: Duration| async move {
         let url = format!("postgres://postgres@{addr}/test?{query}");
-        let store = PostgresStore::connect(&url, "t").unwrap();
+        let store = PostgresStore::from_url(&url, "t").unwrap();
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(bound, store.ensure_connected()).await;
         (query, result, started.elapsed())
@@ -989,7 +985,7 @@ async fn table_and_schema_names_over_63_bytes_are_refused() {
         // 64 bytes in 32 characters.
         format!("public.{}", "é".repeat(32)),
     ] {
-        match PostgresStore::connect(&postgres_url(), &name) {
+        match PostgresStore::from_url(&postgres_url(), &name) {
             Err(Error::Store {
                 backend: "postgres",
                 retryable: false,
@@ -1037,7 +1033,7 @@ async fn tls_settings_given_after_the_first_connection_apply_to_the_next_one() {
     .with_no_client_auth();
     let store = table.store();
     store.ensure_connected().await.unwrap();
-    let store = store.with_tls(trusts_nothing);
+    let store = store.tls(trusts_nothing);
     let after = store.get("k").await;
     assert!(
         matches!(
@@ -1064,7 +1060,7 @@ async fn tls_settings_given_after_the_first_connection_apply_to_the_next_one() {
         .expect("a CA bundle on this machine"),
     )
     .unwrap();
-    let store = store.with_root_certificates_pem(&pem).unwrap();
+    let store = store.root_certificates_pem(&pem).unwrap();
     match store.backend_pid().await {
         Ok(after) => assert_ne!(before, after, "the unverified connection was kept"),
         Err(err) => assert!(!err.is_retryable(), "{err:?}"),

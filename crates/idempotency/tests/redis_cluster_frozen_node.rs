@@ -80,7 +80,7 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
     let store = RedisStore::connect_cluster([a, b, c].map(|n| format!("redis://{n}")))
         .await
         .unwrap()
-        .with_key_prefix("idem-cluster-frozen:");
+        .namespace("idem-cluster-frozen:");
     let idempotency = Idempotency::builder(store.clone())
         .function_name("fn")
         .build();

@@ -17,7 +17,7 @@ async fn a_health_check_on_a_server_that_stopped_answering_returns() {
     let store = RedisStore::connect(&format!("redis://{addr}"))
         .await
         .unwrap()
-        .with_request_timeout(Duration::from_millis(500));
+        .request_timeout(Duration::from_millis(500));
     let info = store.query(redis::cmd("INFO").arg("server")).await.unwrap();
     let info: String = redis::from_redis_value(info).unwrap();
     let pid = info

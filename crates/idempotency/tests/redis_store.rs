@@ -40,7 +40,7 @@ async fn node(test: &str) -> RedisStore {
     RedisStore::connect(&url)
         .await
         .unwrap_or_else(|e| panic!("cannot reach Redis at {url}: {e}; {HOW}"))
-        .with_key_prefix(prefix(test))
+        .namespace(prefix(test))
 }
 
 async fn cluster(test: &str) -> RedisStore {
@@ -48,7 +48,7 @@ async fn cluster(test: &str) -> RedisStore {
     RedisStore::connect_cluster(urls.clone())
         .await
         .unwrap_or_else(|e| panic!("cannot reach the Redis cluster at {urls:?}: {e}; {HOW}"))
-        .with_key_prefix(prefix(test))
+        .namespace(prefix(test))
 }
 
 /// Deletes the keys under the store's prefix (one node only: a test cluster is thrown
@@ -61,7 +61,7 @@ async fn clean(store: &RedisStore) {
                 redis::cmd("SCAN")
                     .arg(cursor)
                     .arg("MATCH")
-                    .arg(format!("{}*", store.key_prefix()))
+                    .arg(format!("{}*", store.namespace_of_keys()))
                     .arg("COUNT")
                     .arg(1000),
             )
@@ -302,7 +302,7 @@ impl Monitor {
             if let Some(seen) = seen {
                 return seen
                     .into_iter()
-                    .filter(|l| l.contains(store.key_prefix()) && !l.contains(" lua]"))
+                    .filter(|l| l.contains(store.namespace_of_keys()) && !l.contains(" lua]"))
                     .collect();
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -324,7 +324,7 @@ async fn round_trips_per_message_at_the_server() {
     let store = RedisStore::connect(&url)
         .await
         .unwrap()
-        .with_key_prefix(prefix("round-trips"));
+        .namespace(prefix("round-trips"));
     let monitor = Monitor::start(&url).await;
     let idempotency = Idempotency::new(store.clone());
     let op = Operation::new("generate", KeyStrategy::field("request_id"));
@@ -519,7 +519,7 @@ async fn tls_and_acl_credentials() {
     let store = RedisStore::from_client(client("secret"))
         .await
         .expect("TLS with the test CA and the worker's credentials")
-        .with_key_prefix(prefix("tls"));
+        .namespace(prefix("tls"));
     let c = claim("conformance.tls#k", "t1");
     store.claim(&c).await.unwrap();
     store
@@ -739,7 +739,7 @@ async fn a_busy_redis_is_retryable() {
     let looping = RedisStore::connect(&url)
         .await
         .unwrap()
-        .with_request_timeout(Duration::from_secs(30));
+        .request_timeout(Duration::from_secs(30));
     let script = tokio::spawn(async move {
         looping
             .query(redis::cmd("EVAL").arg("while true do end").arg(0))
@@ -767,4 +767,21 @@ async fn a_busy_redis_is_retryable() {
         .claim(&c)
         .await
         .expect("the script ended: the claim works");
+}
+
+#[tokio::test]
+async fn a_zero_request_timeout_is_refused_at_construction() {
+    let store = node("zero-timeout").await;
+    let refused = std::panic::AssertUnwindSafe(async move {
+        store.request_timeout(Duration::ZERO);
+    });
+    let panic = futures_util::FutureExt::catch_unwind(refused)
+        .await
+        .expect_err("a zero request timeout is refused");
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(message.contains("must be more than zero"), "{message}");
 }

@@ -31,7 +31,7 @@ async fn pg_store(test: &str) -> PostgresStore {
         postgres_schema(),
         fastrand::u64(..) >> 16
     );
-    let store = PostgresStore::connect(&postgres_url(), table).unwrap();
+    let store = PostgresStore::from_url(&postgres_url(), table).unwrap();
     store.create_table().await.unwrap();
     store
 }
@@ -174,7 +174,7 @@ async fn redis_rebuilds_a_connection_that_stopped_answering() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
+        .namespace(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     store.get("k").await.expect("works through the proxy");
     proxy.freeze();
     // The engine's default: 3 attempts of up to 2 s each, plus backoff. Give the store
@@ -207,7 +207,7 @@ async fn a_late_cut_off_on_an_old_connection_keeps_the_new_one() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix(format!("stale:{:016x}:", fastrand::u64(..)));
+        .namespace(format!("stale:{:016x}:", fastrand::u64(..)));
     store.get("k").await.unwrap();
     proxy.freeze();
     // Two requests on the frozen connection, cut off at different times.
@@ -240,7 +240,7 @@ async fn control_postgres_rebuilds_a_connection_that_stopped_answering() {
     let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
     let proxy = Proxy::start(upstream, Duration::ZERO).await;
     let url = format!("postgres://postgres@{}/test?sslmode=disable", proxy.addr);
-    let store = PostgresStore::connect(&url, base.table()).unwrap();
+    let store = PostgresStore::from_url(&url, base.table()).unwrap();
     store.get("k").await.unwrap();
     proxy.freeze();
     let mut ok = false;
@@ -265,7 +265,7 @@ async fn redis_waits_as_long_as_the_engine_allows() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
+        .namespace(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     // Slow answers from now on (not during the connect, whose own bound is 1 s).
     proxy.delay_ms.store(700, Ordering::SeqCst);
     // The engine's own attempt timeout is 2 s: emulate it.
@@ -334,9 +334,9 @@ async fn postgres_prefer_with_roots_never_falls_back_to_plaintext() {
     let (addr, password) = downgrading_server().await;
     // No sslmode: prefer, the documented default; the RDS bundle given as in docs/stores.md.
     let url = format!("postgres://worker:s3cret@{addr}/app");
-    let store = PostgresStore::connect(&url, "idempotency")
+    let store = PostgresStore::from_url(&url, "idempotency")
         .unwrap()
-        .with_root_certificates_pem(&some_root_pem())
+        .root_certificates_pem(&some_root_pem())
         .unwrap();
     let connected = tokio::time::timeout(Duration::from_secs(3), store.ensure_connected())
         .await
@@ -385,7 +385,7 @@ async fn control_redis_claims_an_id_with_a_nul() {
     let store = RedisStore::connect(&redis_url())
         .await
         .unwrap()
-        .with_key_prefix(format!("idem-faults:{:016x}:", fastrand::u64(..)));
+        .namespace(format!("idem-faults:{:016x}:", fastrand::u64(..)));
     let id = "fn.op#order\u{0}42";
     let outcome = store.claim(&claim(id, SystemTime::now(), "t1")).await;
     assert!(
@@ -510,7 +510,7 @@ async fn redis_follows_a_failover_that_demoted_its_node() {
     let store = RedisStore::connect(&format!("redis://{}", proxy.addr))
         .await
         .unwrap()
-        .with_key_prefix("idem-faults:");
+        .namespace("idem-faults:");
     let now = SystemTime::now();
     store.claim(&claim("before", now, "t0")).await.unwrap();
     // Failover: the old primary becomes a replica (of a master that is not there yet),
@@ -587,10 +587,8 @@ async fn postgres_requests_outside_the_engine_are_bounded_when_the_server_stops_
     let base = pg_store("bound").await;
     let proxy = Proxy::start(postgres_upstream(), Duration::ZERO).await;
     // `get` with the default bound (5 s), the others with a short one (same connection).
-    let store = PostgresStore::connect(&postgres_url_via(&proxy, ""), base.table()).unwrap();
-    let short = store
-        .clone()
-        .with_request_timeout(Duration::from_millis(300));
+    let store = PostgresStore::from_url(&postgres_url_via(&proxy, ""), base.table()).unwrap();
+    let short = store.clone().request_timeout(Duration::from_millis(300));
     for (what, store) in [
         ("get", &store),
         ("purge_expired", &short),
@@ -632,7 +630,7 @@ async fn postgres_idle_session_timeout_is_retryable_and_the_next_call_reconnects
     let base = pg_store("idle").await;
     let proxy = Proxy::start(postgres_upstream(), Duration::ZERO).await;
     let url = postgres_url_via(&proxy, "&options=-c%20idle_session_timeout%3D300");
-    let store = PostgresStore::connect(&url, base.table()).unwrap();
+    let store = PostgresStore::from_url(&url, base.table()).unwrap();
     store.get("k").await.unwrap();
     // The server ends the session at ~300 ms; its FATAL reaches the store at ~1.3 s.
     proxy.delay_ms.store(1000, Ordering::SeqCst);

@@ -73,11 +73,11 @@ impl Worker {
                 } else {
                     RedisStore::connect(&urls[0]).await?
                 };
-                Idempotency::builder(store.with_key_prefix(key_prefix.clone()))
+                Idempotency::builder(store.namespace(key_prefix.clone()))
             }
             #[cfg(feature = "postgres")]
             StoreChoice::Postgres { url, table } => {
-                let store = lambda_idempotency::store::postgres::PostgresStore::connect(
+                let store = lambda_idempotency::store::postgres::PostgresStore::from_url(
                     url,
                     table.clone(),
                 )?;

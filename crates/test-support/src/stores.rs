@@ -124,7 +124,7 @@ impl TestStore {
                         .await
                         .unwrap_or_else(|e| panic!("cannot reach Redis at {url}: {e}; {HOW}"))
                 };
-                let store = connect().await.with_key_prefix(redis_prefix(test));
+                let store = connect().await.namespace(redis_prefix(test));
                 this.store = Arc::new(store.clone());
                 this.redis = Some((store, connect().await));
             }
@@ -135,7 +135,7 @@ impl TestStore {
                     .unwrap_or_else(|e| {
                         panic!("cannot reach the Redis cluster at {urls:?}: {e}; {HOW}")
                     })
-                    .with_key_prefix(redis_prefix(test));
+                    .namespace(redis_prefix(test));
                 this.store = Arc::new(store);
             }
             Backend::Postgres => {
@@ -143,7 +143,7 @@ impl TestStore {
                 let schema =
                     std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into());
                 let table = format!("{schema}.idem_{}", unique(test));
-                let store = PostgresStore::connect(&url, &table)
+                let store = PostgresStore::from_url(&url, &table)
                     .unwrap_or_else(|e| panic!("bad POSTGRES_TEST_URL {url}: {e}"));
                 store
                     .create_table()

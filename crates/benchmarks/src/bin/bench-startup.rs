@@ -54,7 +54,7 @@ async fn main() {
                     env.push(("DATABASE_URL", postgres_url()));
                     env.push(("IDEMPOTENCY_TABLE", pg_table.clone()));
                     let store =
-                        lambda_idempotency::PostgresStore::connect(&postgres_url(), &pg_table)
+                        lambda_idempotency::PostgresStore::from_url(&postgres_url(), &pg_table)
                             .unwrap();
                     store.create_table().await.unwrap();
                 }

@@ -50,10 +50,9 @@ use std::time::SystemTime;
 const BACKEND: &str = "dynamodb";
 
 /// The claim's condition. `#ipe < :now_ms` is false when the attribute is absent or not a
-/// number, so an in-progress record without a lease (absent, or `NULL`, as [`parse`]
-/// reads both) is held until it expires, exactly as [`Record::is_claimable_at`] says.
-///
-/// [`parse`]: DynamoDbStore::from_item
+/// number, so an in-progress record without a lease (absent, or `NULL`, as the store's
+/// parser reads both) is held until it expires, exactly as [`Record::is_claimable_at`]
+/// says.
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
     OR (#status = :inprogress AND #ipe < :now_ms) \
     OR (#status = :inprogress AND #tok = :tok) \
@@ -162,7 +161,7 @@ impl DynamoDbStore {
     }
 
     /// Uses other attribute names.
-    pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
+    pub fn attribute_names(mut self, names: AttributeNames) -> Self {
         self.names = names;
         self
     }
@@ -341,7 +340,10 @@ impl DynamoDbStore {
         item
     }
 
-    /// The record in a DynamoDB item, or [`Error::Store`] if the item is malformed.
+    /// The record in a DynamoDB item, or [`Error::Store`] if the item is malformed. A
+    /// test hook (and the benchmarks' way to time the parse).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
     pub fn from_item(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, Error> {
         self.parse(item)
     }

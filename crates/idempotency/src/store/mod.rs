@@ -24,6 +24,8 @@ pub mod conformance;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
+#[cfg(feature = "test-support")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
 pub mod faulty;
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -111,7 +113,7 @@ impl StoreLimits {
     }
 
     /// The same limits with another per-record overhead.
-    pub const fn with_record_overhead_bytes(mut self, bytes: usize) -> Self {
+    pub const fn record_overhead_bytes(mut self, bytes: usize) -> Self {
         self.record_overhead_bytes = bytes;
         self
     }

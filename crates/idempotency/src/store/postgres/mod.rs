@@ -16,7 +16,7 @@
 //! 1. **Claim**: one `INSERT … ON CONFLICT (id) DO UPDATE … WHERE` the stored row is
 //!    claimable ([`Record::is_claimable_by`]), beside a `SELECT … FOR UPDATE` of the
 //!    current row in the same statement, so a duplicate learns the live record from the
-//!    same round trip (see [`PostgresStore::claim_sql`] for why it is exact under races).
+//!    same round trip (see [below](#why-the-claim-is-exact-under-races) for why it is exact under races).
 //! 2. **Complete**: `UPDATE … WHERE id = $1 AND lease_token = $2`.
 //! 3. **Release**: `DELETE … WHERE id = $1 AND lease_token = $2`.
 //!
@@ -37,7 +37,7 @@
 //! A connect (TCP, TLS negotiation and start-up together) is bounded by the URL's
 //! `connect_timeout` (5 s when it sets none; once per host when it names several), and
 //! every request by the store's request timeout ([`DEFAULT_REQUEST_TIMEOUT`], 5 s,
-//! [`with_request_timeout`](PostgresStore::with_request_timeout)), so a call made outside
+//! [`request_timeout`](PostgresStore::request_timeout)), so a call made outside
 //! the engine (`get` in a health check, `purge_expired`, `create_table`, the worker's
 //! `ensure_connected` at start-up) never waits forever on a server that stopped
 //! answering; inside the engine, its attempt timeout (2 s by default) is the bound that
@@ -54,7 +54,7 @@
 //! # TLS
 //! From the URL's `sslmode`: `disable` connects without TLS; `require` uses TLS and
 //! verifies the server certificate against the system's roots and the ones given with
-//! [`with_root_certificates_pem`](PostgresStore::with_root_certificates_pem) (RDS's CA
+//! [`root_certificates_pem`](PostgresStore::root_certificates_pem) (RDS's CA
 //! bundle is not among the public roots); `prefer` (the default) uses TLS when the server
 //! offers it, without verifying the certificate as libpq does, unless roots or a TLS
 //! configuration were given: then it is `require`, TLS mandatory and the certificate
@@ -81,6 +81,22 @@
 //! PostgreSQL's `text` holds up to 1 GB, but a result is read back on every duplicate:
 //! the limits are DynamoDB's ([`StoreLimits::DYNAMODB`]), 2048-byte ids and 400 KB
 //! records, so a function moved between stores fails alike.
+//!
+//! # Why the claim is exact under races
+//! READ COMMITTED, each call its own transaction:
+//! - `old` reads the row with `FOR UPDATE`: if the row is in the statement's snapshot,
+//!   the lock waits for any writer and returns its latest version, locked, so the
+//!   upsert (sequenced after `old` by `FROM (SELECT count(*) FROM old)`) evaluates the
+//!   claim's condition against exactly that version. `old` is then the claimed-over
+//!   record (`previous`) or the live one (`Exists`); a duplicate changes no row (its
+//!   row lock is all it writes).
+//! - A row committed after the snapshot is invisible to `old` but not to
+//!   `ON CONFLICT`, which always sees and locks the latest row. Then (`old` empty) the
+//!   update always applies, writing the claim if the row is claimable and the row
+//!   unchanged otherwise (each column `CASE`d on the same condition), so `RETURNING`
+//!   shows the live record: never a made-up one, never a retry.
+//! - The upsert's row is this claim's exactly when it is in progress with the claim's
+//!   token: tokens are unique per claim.
 
 mod connection;
 mod error;
@@ -125,7 +141,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// let url = std::env::var("DATABASE_URL").unwrap(); // postgres://user:pw@host/db?sslmode=require
 /// // RDS: its CA bundle, from https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
 /// let rds_ca = std::fs::read("global-bundle.pem").unwrap();
-/// let store = PostgresStore::connect(&url, "idempotency")?.with_root_certificates_pem(&rds_ca)?;
+/// let store = PostgresStore::from_url(&url, "idempotency")?.root_certificates_pem(&rds_ca)?;
 /// store.ensure_connected().await?; // fail at init, not on the first message
 /// let idempotency = Idempotency::new(store);
 /// # let _ = idempotency;
@@ -181,16 +197,27 @@ impl PostgresStore {
     /// A store on `table` (`table` or `schema.table`) of the database at `url`, a libpq
     /// URL (`postgres://user:password@host:5432/db?sslmode=require`) or key-value string
     /// (`host=… user=… dbname=…`). Only parses: the connection is made on first use (or
-    /// by [`ensure_connected`](Self::ensure_connected)). A malformed URL or a table name
-    /// with a NUL byte is a non-retryable [`Error::Store`].
-    pub fn connect(url: &str, table: impl Into<String>) -> Result<Self, Error> {
+    /// by [`ensure_connected`](Self::ensure_connected); [`connect`](Self::connect) does
+    /// both). A malformed URL or a table name with a NUL byte is a non-retryable
+    /// [`Error::Store`].
+    pub fn from_url(url: &str, table: impl Into<String>) -> Result<Self, Error> {
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| Error::store(BACKEND, false, e))?;
         Self::from_config(config, table)
     }
 
-    /// Like [`connect`](Self::connect), from a configuration you built.
+    /// A store on `table` of the database at `url`, connected now, as
+    /// `RedisStore::connect` is: at init, a wrong URL, password or certificate fails there rather than on the
+    /// first message. Settings that apply to connections (TLS roots) need
+    /// [`from_url`](Self::from_url), then [`ensure_connected`](Self::ensure_connected).
+    pub async fn connect(url: &str, table: impl Into<String>) -> Result<Self, Error> {
+        let store = Self::from_url(url, table)?;
+        store.ensure_connected().await?;
+        Ok(store)
+    }
+
+    /// Like [`from_url`](Self::from_url), from a configuration you built.
     pub fn from_config(
         mut config: tokio_postgres::Config,
         table: impl Into<String>,
@@ -216,7 +243,15 @@ impl PostgresStore {
     /// Bounds every request's wait for its answer ([`DEFAULT_REQUEST_TIMEOUT`] unless
     /// set). A request cut off drops its connection. Keep it above the engine's attempt
     /// timeout, which is the bound that should count.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+    ///
+    /// # Panics
+    ///
+    /// If `timeout` is zero: every request would fail. Set it at start-up.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "PostgresStore::request_timeout must be more than zero: every request would time out"
+        );
         self.request_timeout = timeout;
         self
     }
@@ -225,7 +260,7 @@ impl PostgresStore {
     /// `sslmode=prefer` into `require`: TLS is then mandatory and the certificate
     /// checked. For RDS, its CA bundle. Applies from the next connection: one already open
     /// (made without them) is closed, never used again.
-    pub fn with_root_certificates_pem(self, pem: &[u8]) -> Result<Self, Error> {
+    pub fn root_certificates_pem(self, pem: &[u8]) -> Result<Self, Error> {
         let mut roots = Vec::new();
         for cert in CertificateDer::pem_slice_iter(pem) {
             roots.push(cert.map_err(|e| {
@@ -252,7 +287,7 @@ impl PostgresStore {
     /// Uses this rustls configuration (client certificates, other roots), and turns
     /// `sslmode=prefer` into `require`. Applies from the next connection: one already open
     /// is closed, never used again.
-    pub fn with_tls(self, config: rustls::ClientConfig) -> Self {
+    pub fn tls(self, config: rustls::ClientConfig) -> Self {
         self.with_inner(|inner| {
             require_tls(&mut inner.config);
             inner.tls = Tls::Config(Arc::new(config))
@@ -306,7 +341,9 @@ impl PostgresStore {
 
     /// The server process id of the store's connection (connecting if needed), to find
     /// it in `pg_stat_activity`, or to end it with `pg_terminate_backend` when testing
-    /// what a dropped connection does.
+    /// what a dropped connection does. A test hook.
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
     pub async fn backend_pid(&self) -> Result<i32, Error> {
         let rows = self.query("SELECT pg_backend_pid()", &[]).await?;
         rows.first()
@@ -317,21 +354,11 @@ impl PostgresStore {
     /// The claim statement. Parameters: `$1` id, `$2` expiration (epoch s), `$3` lease
     /// end (epoch ms), `$4` validation, `$5` lease token, `$6` now (epoch s), `$7` now
     /// (epoch ms). Rows: `(written, <record columns>)`, `written` for the upsert's row.
+    /// Why it is exact under races: see the module docs.
     ///
-    /// Why it is exact under races (READ COMMITTED, each call its own transaction):
-    /// - `old` reads the row with `FOR UPDATE`: if the row is in the statement's snapshot,
-    ///   the lock waits for any writer and returns its latest version, locked, so the
-    ///   upsert (sequenced after `old` by `FROM (SELECT count(*) FROM old)`) evaluates the
-    ///   claim's condition against exactly that version. `old` is then the claimed-over
-    ///   record (`previous`) or the live one (`Exists`); a duplicate changes no row (its
-    ///   row lock is all it writes).
-    /// - A row committed after the snapshot is invisible to `old` but not to
-    ///   `ON CONFLICT`, which always sees and locks the latest row. Then (`old` empty) the
-    ///   update always applies, writing the claim if the row is claimable and the row
-    ///   unchanged otherwise (each column `CASE`d on the same condition), so `RETURNING`
-    ///   shows the live record: never a made-up one, never a retry.
-    /// - The upsert's row is this claim's exactly when it is in progress with the claim's
-    ///   token: tokens are unique per claim.
+    /// A test hook.
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
     pub fn claim_sql(&self) -> &str {
         &self.inner.sql.claim
     }
@@ -499,12 +526,20 @@ mod tests {
     use super::*;
 
     #[test]
+    #[should_panic(expected = "must be more than zero")]
+    fn a_zero_request_timeout_is_refused_at_construction() {
+        let _ = PostgresStore::from_url("postgres://u@h/db", "t")
+            .unwrap()
+            .request_timeout(Duration::ZERO);
+    }
+
+    #[test]
     fn debug_never_shows_the_password() {
         for url in [
             "postgres://worker:hunter2-pg@db.example:5433/app?sslmode=require",
             "host=db.example port=5433 user=worker password=hunter2-pg dbname=app",
         ] {
-            let store = PostgresStore::connect(url, "idempotency").unwrap();
+            let store = PostgresStore::from_url(url, "idempotency").unwrap();
             let text = format!("{store:?}");
             assert!(!text.contains("hunter2"), "{text}");
             assert!(
@@ -512,7 +547,7 @@ mod tests {
                 "{text}"
             );
         }
-        let err = PostgresStore::connect("postgres://worker:hunter2-pg@db.example:x/app", "t")
+        let err = PostgresStore::from_url("postgres://worker:hunter2-pg@db.example:x/app", "t")
             .unwrap_err();
         for text in [format!("{err}"), format!("{err:?}")] {
             assert!(!text.contains("hunter2"), "{text}");

@@ -143,21 +143,21 @@ mod tests {
     fn a_table_name_needs_both_parts() {
         for bad in ["", "schema.", ".table", "t\0"] {
             assert!(
-                PostgresStore::connect("postgres://u@h/db", bad).is_err(),
+                PostgresStore::from_url("postgres://u@h/db", bad).is_err(),
                 "{bad:?} is refused"
             );
         }
-        assert!(PostgresStore::connect("postgres://u@h/db", "s.t").is_ok());
+        assert!(PostgresStore::from_url("postgres://u@h/db", "s.t").is_ok());
     }
 
     #[test]
     fn identifiers_are_quoted() {
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-        let store = PostgresStore::connect("postgres://u@h/db", "s\".x.t\"; DROP").unwrap();
+        let store = PostgresStore::from_url("postgres://u@h/db", "s\".x.t\"; DROP").unwrap();
         assert_eq!(store.inner.table.quoted, "\"s\"\"\".\"x.t\"\"; DROP\"");
-        assert!(PostgresStore::connect("postgres://u@h/db", "").is_err());
+        assert!(PostgresStore::from_url("postgres://u@h/db", "").is_err());
         assert!(matches!(
-            PostgresStore::connect("postgres://u@h:notaport/db", "t"),
+            PostgresStore::from_url("postgres://u@h:notaport/db", "t"),
             Err(Error::Store {
                 retryable: false,
                 ..

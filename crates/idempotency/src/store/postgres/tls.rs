@@ -52,7 +52,7 @@ impl PostgresStore {
             return Err(Error::store(
                 BACKEND,
                 false,
-                "sslmode=require but no root certificate was found: set SSL_CERT_FILE (or SSL_CERT_DIR) or use with_root_certificates_pem",
+                "sslmode=require but no root certificate was found: set SSL_CERT_FILE (or SSL_CERT_DIR) or use root_certificates_pem",
             ));
         }
         Ok(builder.with_root_certificates(store).with_no_client_auth())
@@ -127,10 +127,10 @@ mod tests {
 
     #[test]
     fn given_roots_prefer_becomes_require() {
-        let store = PostgresStore::connect("postgres://u@h/db", "t").unwrap();
+        let store = PostgresStore::from_url("postgres://u@h/db", "t").unwrap();
         assert_eq!(store.inner.config.get_ssl_mode(), SslMode::Prefer);
         // Roots given: tests/store_connection_faults.rs, against a server that declines TLS.
-        let store = PostgresStore::connect("postgres://u@h/db?sslmode=disable", "t").unwrap();
+        let store = PostgresStore::from_url("postgres://u@h/db?sslmode=disable", "t").unwrap();
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::aws_lc_rs::default_provider(),
         ))
@@ -138,15 +138,15 @@ mod tests {
         .unwrap()
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
-        let disabled = store.with_tls(tls.clone());
+        let disabled = store.tls(tls.clone());
         assert_eq!(
             disabled.inner.config.get_ssl_mode(),
             SslMode::Disable,
             "disable stays as asked"
         );
-        let preferred = PostgresStore::connect("postgres://u@h/db", "t")
+        let preferred = PostgresStore::from_url("postgres://u@h/db", "t")
             .unwrap()
-            .with_tls(tls);
+            .tls(tls);
         assert_eq!(preferred.inner.config.get_ssl_mode(), SslMode::Require);
     }
 }

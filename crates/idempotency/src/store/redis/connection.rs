@@ -123,7 +123,7 @@ impl RedisStore {
                 current: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(0),
             }),
-            key_prefix: String::new(),
+            namespace: String::new(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         };
         store.connection().await?;

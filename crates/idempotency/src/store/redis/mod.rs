@@ -1,7 +1,7 @@
 //! The Redis store: Redis 6.2+, Valkey, ElastiCache and MemoryDB, on one node or a cluster.
 //!
 //! # Records
-//! One record is one hash at `key_prefix + id`, with the fields `status`, `expiration`
+//! One record is one hash at `namespace + id`, with the fields `status`, `expiration`
 //! (epoch seconds), `in_progress_expiration` (epoch milliseconds), `data`, `validation`
 //! and `lease_token`. The key's own expiry (`PEXPIREAT`) is set past the record's
 //! `expiration` and past its lease, plus [`KEY_GRACE`], so Redis deletes what no longer
@@ -56,7 +56,7 @@
 //! follows failovers and redirects itself (rebuilding it because one node stopped
 //! answering would take the healthy shards down too). Connects are bounded at 1 s, and
 //! each request at [`DEFAULT_REQUEST_TIMEOUT`] (5 s,
-//! [`with_request_timeout`](RedisStore::with_request_timeout)), so a call outside the
+//! [`request_timeout`](RedisStore::request_timeout)), so a call outside the
 //! engine (a health check) never hangs; inside it, the engine's attempt timeout
 //! (`IdempotencyBuilder::store_attempt_timeout`, 2 s by default) is the bound that counts.
 //! `rediss://` URLs use TLS (ElastiCache in-transit encryption, through rustls and the
@@ -69,7 +69,7 @@
 //! use lambda_idempotency::store::redis::RedisStore;
 //!
 //! let store = RedisStore::connect("rediss://worker:secret@my-cache.example.com:6379").await?;
-//! let idempotency = Idempotency::new(store.with_key_prefix("idempotency:"));
+//! let idempotency = Idempotency::new(store.namespace("idempotency:"));
 //! # let _ = idempotency;
 //! # Ok(()) }
 //! ```
@@ -107,7 +107,7 @@ pub const KEY_GRACE: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
-    key_prefix: String,
+    namespace: String,
     request_timeout: Duration,
 }
 
@@ -130,7 +130,7 @@ impl fmt::Debug for RedisStore {
         if self.inner.password {
             d.field("password", &Redacted);
         }
-        d.field("key_prefix", &self.key_prefix)
+        d.field("namespace", &self.namespace)
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
@@ -139,26 +139,42 @@ impl fmt::Debug for RedisStore {
 impl RedisStore {
     /// Bounds every request's wait for its reply ([`DEFAULT_REQUEST_TIMEOUT`] unless set).
     /// Keep it above the engine's attempt timeout, which is the bound that should count.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+    ///
+    /// # Panics
+    ///
+    /// If `timeout` is zero: every request would fail. Set it at start-up.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "RedisStore::request_timeout must be more than zero: every request would time out"
+        );
         self.request_timeout = timeout;
         self
     }
 
-    /// Prepends `prefix` to every record's key, to share a server with other data (or
+    /// Prepends `namespace` to every record's key, to share a server with other data (or
     /// other tests). Default: none, so the key is the record's id, as in Powertools.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
+    /// Unrelated to an operation's `key_prefix`, which is part of the stored id itself.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
         self
     }
 
-    /// The prefix of every record's key.
-    pub fn key_prefix(&self) -> &str {
-        &self.key_prefix
+    /// What every record's key starts with.
+    pub fn namespace_of_keys(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The Redis key of the record `id`. A test hook.
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub fn key(&self, id: &str) -> String {
+        self.redis_key(id)
     }
 
     /// The Redis key of the record `id`.
-    pub fn key(&self, id: &str) -> String {
-        format!("{}{id}", self.key_prefix)
+    pub(crate) fn redis_key(&self, id: &str) -> String {
+        format!("{}{id}", self.namespace)
     }
 
     /// Sends one command on the store's connection (its own node's, for a single node;
@@ -169,7 +185,9 @@ impl RedisStore {
     }
 
     async fn read_record(&self, id: &str) -> Result<Option<Record>, Error> {
-        let reply = self.query(redis::cmd("HGETALL").arg(self.key(id))).await?;
+        let reply = self
+            .query(redis::cmd("HGETALL").arg(self.redis_key(id)))
+            .await?;
         let fields = fields(id, reply)?;
         if fields.is_empty() {
             return Ok(None);

@@ -70,7 +70,7 @@ impl RedisStore {
             claim.validation.clone().unwrap_or_default(),
             key_expiry_ms(claim.expiration, Some(claim.lease_until)).to_string(),
         ];
-        let reply = self.eval(&CLAIM, &self.key(&claim.id), &args).await?;
+        let reply = self.eval(&CLAIM, &self.redis_key(&claim.id), &args).await?;
         claim_outcome(&claim.id, reply)
     }
 
@@ -87,13 +87,17 @@ impl RedisStore {
             if data.is_some() { "1" } else { "0" }.to_owned(),
             data.unwrap_or_default().to_owned(),
         ];
-        let reply = self.eval(&COMPLETE, &self.key(&claim.id), &args).await?;
+        let reply = self
+            .eval(&COMPLETE, &self.redis_key(&claim.id), &args)
+            .await?;
         fenced(&claim.id, reply)
     }
 
     pub(super) async fn send_release(&self, claim: &Claim) -> Result<(), Error> {
         let args = [claim.lease_token.clone()];
-        let reply = self.eval(&RELEASE, &self.key(&claim.id), &args).await?;
+        let reply = self
+            .eval(&RELEASE, &self.redis_key(&claim.id), &args)
+            .await?;
         fenced(&claim.id, reply)
     }
 }

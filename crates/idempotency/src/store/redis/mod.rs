@@ -20,8 +20,9 @@
 //! 2. **Complete** sets `COMPLETED`, the result and the new expiry if the lease token
 //!    still matches; **release** deletes the key if it does.
 //!
-//! A first delivery costs two round trips, a duplicate (completed or in progress) one, a
-//! takeover one.
+//! A first delivery costs two round trips (claim, complete), a duplicate (completed or in
+//! progress) one, a takeover two, like a first delivery: its claim returns the record it
+//! replaced in the same script, with no read before it.
 //!
 //! # Server settings
 //! - **No eviction.** An evicted key is a forgotten record: its duplicate runs again. Set

@@ -26,8 +26,8 @@ pub enum StoreChoice {
         urls: Vec<String>,
         /// Whether `urls` are a cluster's nodes.
         cluster: bool,
-        /// `IDEMPOTENCY_KEY_PREFIX`: prepended to every record's key (default none).
-        key_prefix: String,
+        /// `IDEMPOTENCY_REDIS_NAMESPACE`: prepended to every record's key (default none).
+        namespace: String,
     },
     /// PostgreSQL (`IDEMPOTENCY_STORE=postgres`) at `DATABASE_URL`, in the table
     /// `IDEMPOTENCY_TABLE` (default `idempotency`). Needs the `postgres` feature.
@@ -136,7 +136,7 @@ impl fmt::Debug for StoreChoice {
             StoreChoice::Redis {
                 urls,
                 cluster,
-                key_prefix,
+                namespace,
             } => f
                 .debug_struct("Redis")
                 .field(
@@ -144,7 +144,7 @@ impl fmt::Debug for StoreChoice {
                     &urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
                 )
                 .field("cluster", cluster)
-                .field("key_prefix", key_prefix)
+                .field("namespace", namespace)
                 .finish(),
             StoreChoice::Postgres { url, table } => f
                 .debug_struct("Postgres")
@@ -216,7 +216,7 @@ impl WorkerConfig {
                 Some(urls) => Some(StoreChoice::Redis {
                     urls: urls.split(',').map(|u| u.trim().to_owned()).collect(),
                     cluster: kind == "redis-cluster",
-                    key_prefix: get("IDEMPOTENCY_KEY_PREFIX").unwrap_or_default(),
+                    namespace: get("IDEMPOTENCY_REDIS_NAMESPACE").unwrap_or_default(),
                 }),
                 None => {
                     problems.push(format!("REDIS_URL is not set (IDEMPOTENCY_STORE={kind}: the server's redis:// or rediss:// URL)"));
@@ -484,7 +484,7 @@ mod tests {
                     "redis://:redispw-hunter2@cache.example".into(),
                 ],
                 cluster: true,
-                key_prefix: "idem:".into(),
+                namespace: "idem:".into(),
             },
             StoreChoice::Postgres {
                 url: "postgres://worker:pgpw-hunter2@db.example/app?sslmode=require".into(),
@@ -586,7 +586,7 @@ mod tests {
         let c = config(&[
             ("IDEMPOTENCY_STORE", "redis-cluster"),
             ("REDIS_URL", "redis://a:1, redis://b:2"),
-            ("IDEMPOTENCY_KEY_PREFIX", "idem:"),
+            ("IDEMPOTENCY_REDIS_NAMESPACE", "idem:"),
             ("MODEL_BASE_URL", "http://x"),
         ])
         .unwrap();
@@ -595,7 +595,7 @@ mod tests {
             StoreChoice::Redis {
                 urls: vec!["redis://a:1".into(), "redis://b:2".into()],
                 cluster: true,
-                key_prefix: "idem:".into()
+                namespace: "idem:".into()
             }
         );
         let c = config(&[

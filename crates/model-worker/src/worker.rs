@@ -65,7 +65,7 @@ impl Worker {
             StoreChoice::Redis {
                 urls,
                 cluster,
-                key_prefix,
+                namespace,
             } => {
                 use lambda_idempotency::store::redis::RedisStore;
                 let store = if *cluster {
@@ -73,7 +73,7 @@ impl Worker {
                 } else {
                     RedisStore::connect(&urls[0]).await?
                 };
-                Idempotency::builder(store.namespace(key_prefix.clone()))
+                Idempotency::builder(store.namespace(namespace.clone()))
             }
             #[cfg(feature = "postgres")]
             StoreChoice::Postgres { url, table } => {

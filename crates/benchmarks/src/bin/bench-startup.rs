@@ -48,7 +48,7 @@ async fn main() {
                 "dynamodb" => env.push(("IDEMPOTENCY_TABLE", table.name.clone())),
                 "redis" => {
                     env.push(("REDIS_URL", redis_url()));
-                    env.push(("IDEMPOTENCY_KEY_PREFIX", prefix.clone()));
+                    env.push(("IDEMPOTENCY_REDIS_NAMESPACE", prefix.clone()));
                 }
                 "postgres" => {
                     env.push(("DATABASE_URL", postgres_url()));

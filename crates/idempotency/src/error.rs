@@ -22,8 +22,11 @@ pub enum Error {
         key: String,
         /// When the other worker's lease runs out and the record can be taken over.
         lease_expires: SystemTime,
-        /// How long that was from when this answer was made, by the handle's clock: when
-        /// to try again (an HTTP `Retry-After`, a visibility timeout).
+        /// How long from when this answer was made (by the handle's clock) until the record
+        /// can be taken over: when to try again (an HTTP `Retry-After`, a visibility
+        /// timeout). For a record without a lease (Powertools writes those outside Lambda)
+        /// it runs to the record's expiry, which may be days away: cap it to your
+        /// transport's limit (SQS visibility timeouts end at 12 hours).
         retry_after: Duration,
     },
     /// The key was used before with a different payload (its validation hash differs).

@@ -376,7 +376,8 @@ impl Idempotency {
         // is in progress, not unfinished.
         let settled = match invocation {
             Some(invocation) => {
-                let left = lease::left(self.now(), invocation.answer_by);
+                let left = lease::left(self.now(), invocation.answer_by)
+                    .saturating_sub(lease::COMPLETION_HEADROOM / 2);
                 match tokio::time::timeout(left, twin.settled()).await {
                     Ok(settled) => settled,
                     Err(_) => Some(Settled::InProgress(invocation.deadline)),

@@ -39,10 +39,12 @@ pub(crate) fn context_deadline_at(
 
 /// Runs `fut` with `deadline` as the invocation deadline seen by idempotent functions in it.
 pub async fn with_deadline<F: Future>(deadline: Option<SystemTime>, fut: F) -> F::Output {
+    // Inside a batch, the batch still answers when it said it would.
+    let enclosing = current();
     within(
         deadline.map(|deadline| Invocation {
             deadline,
-            answer_by: deadline,
+            answer_by: enclosing.map_or(deadline, |i| i.answer_by.min(deadline)),
         }),
         fut,
     )

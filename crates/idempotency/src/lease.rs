@@ -122,6 +122,24 @@ pub(crate) fn key_expiry_ms(
         .saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// How long from `now` until an in-progress record can be taken over: just past its
+/// lease end (leases count in milliseconds), or, for a record without a lease (Powertools
+/// writes those outside Lambda), just past its expiry (expiries count in seconds), which
+/// may be days away.
+pub(crate) fn retry_after(
+    now: SystemTime,
+    lease_end: Option<SystemTime>,
+    expiration: SystemTime,
+) -> Duration {
+    match lease_end {
+        Some(lease_end) => left(now, clock::add(lease_end, Duration::from_millis(1))),
+        None => left(
+            now,
+            crate::record::from_epoch_secs(epoch_secs(expiration).saturating_add(1)),
+        ),
+    }
+}
+
 /// How long until a lease that ends at `lease_end` can be taken over, from `now`.
 pub(crate) fn left(now: SystemTime, lease_end: SystemTime) -> Duration {
     clock::until(now, lease_end)
@@ -209,6 +227,41 @@ mod tests {
         assert_eq!(
             answer_by(at(1_030_000), Duration::from_secs(2)),
             at(1_028_000)
+        );
+    }
+
+    #[test]
+    fn retry_after_is_when_the_record_becomes_claimable() {
+        let now = at(1_000_500);
+        let expiration = crate::record::from_epoch_secs(1_010);
+        let lease = at(1_002_000);
+        let after = retry_after(now, Some(lease), expiration);
+        assert_eq!(after, Duration::from_millis(1_501));
+        let then = clock::add(now, after);
+        assert!(is_claimable(
+            Status::InProgress,
+            expiration,
+            Some(lease),
+            then
+        ));
+        assert!(!is_claimable(
+            Status::InProgress,
+            expiration,
+            Some(lease),
+            then - Duration::from_millis(1)
+        ));
+        // No lease: held until the expiry's second has passed.
+        let after = retry_after(now, None, expiration);
+        assert_eq!(after, Duration::from_millis(10_500));
+        assert!(is_claimable(
+            Status::InProgress,
+            expiration,
+            None,
+            clock::add(now, after)
+        ));
+        assert_eq!(
+            retry_after(at(2_000_000), Some(lease), expiration),
+            Duration::ZERO
         );
     }
 

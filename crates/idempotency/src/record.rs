@@ -147,7 +147,7 @@ pub struct Claim {
 impl Claim {
     /// A claim on `id` made at `now`, holding the key until `lease_until` under
     /// `lease_token`; it expires when its lease ends (see [`expires_at`](Self::expires_at))
-    /// and has no validation hash (see [`with_validation`](Self::validation)).
+    /// and has no validation hash (see [`validation`](Self::validation)).
     ///
     /// The engine makes the claims a store sees; this is for a store's own tests.
     pub fn new(

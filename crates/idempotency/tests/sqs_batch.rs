@@ -779,6 +779,17 @@ async fn a_twin_of_a_deployment_fault_is_not_a_permanent_failure() {
 /// unfinished, and its provider call is not repeated by a redelivery of the others.
 #[tokio::test(start_paused = true)]
 async fn store_retries_stop_before_the_batch_answers_whatever_its_margin() {
+    completion_given_up_before_the_batch_answers(false).await;
+}
+
+/// The same, with the handler setting the invocation's deadline itself inside the batch
+/// (`with_deadline`, as `with_context` does): the batch still answers when it said.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_set_inside_the_batch_keeps_the_batch_s_answer_time() {
+    completion_given_up_before_the_batch_answers(true).await;
+}
+
+async fn completion_given_up_before_the_batch_answers(rescope: bool) {
     use lambda_idempotency::clock::{Clock, TestClock};
     let clock = TestClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let store = FaultyStore::new(MemoryStore::new());
@@ -790,6 +801,7 @@ async fn store_retries_stop_before_the_batch_answers_whatever_its_margin() {
     let op = Operation::new("job", KeyStrategy::field("id"));
     let mut context = Context::default();
     context.deadline = lambda_idempotency::store::epoch_millis(clock.now()) + 4_000;
+    let deadline = lambda_idempotency::store::from_epoch_millis(context.deadline);
     let event = LambdaEvent::new(
         serde_json::from_value::<SqsEvent>(json!({"Records": [
             {"messageId": "m1", "body": "{\"id\": \"a\"}"},
@@ -804,11 +816,18 @@ async fn store_retries_stop_before_the_batch_answers_whatever_its_margin() {
         .report_json(event, |body: Value, _| {
             let (idempotency, op) = (&idempotency, &op);
             async move {
-                idempotency
-                    .execute(op, &body, || async { Ok::<_, lambda_runtime::Error>(7) })
-                    .await
-                    .map(|(_, outcome)| outcome)
-                    .map_err(ExecuteError::into_inner)
+                let run =
+                    idempotency.execute(op, &body, || async { Ok::<_, lambda_runtime::Error>(7) });
+                let run = async move {
+                    run.await
+                        .map(|(_, outcome)| outcome)
+                        .map_err(ExecuteError::into_inner)
+                };
+                if rescope {
+                    lambda_idempotency::with_deadline(Some(deadline), run).await
+                } else {
+                    run.await
+                }
             }
         })
         .await;

@@ -196,6 +196,11 @@ impl WorkerConfig {
                 .filter(|v| !v.is_empty())
         };
         let mut problems = Vec::new();
+        // A renamed setting fails the start-up: read under its old name no more, it would
+        // leave every stored record under keys the worker no longer looks at.
+        if get("IDEMPOTENCY_KEY_PREFIX").is_some() {
+            problems.push("IDEMPOTENCY_KEY_PREFIX was renamed IDEMPOTENCY_REDIS_NAMESPACE: set that (same value) and remove the old one".into());
+        }
         let store = match get("IDEMPOTENCY_STORE").as_deref() {
             Some("memory") => Some(StoreChoice::Memory),
             None | Some("dynamodb") => match get("IDEMPOTENCY_TABLE") {
@@ -631,5 +636,24 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.to_string().contains("--features redis"), "{err}");
+    }
+
+    #[test]
+    fn the_old_name_of_the_redis_namespace_fails_the_start_up() {
+        let env = [
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("IDEMPOTENCY_KEY_PREFIX", "idem:"),
+        ];
+        let err = WorkerConfig::from_lookup(|name| {
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+        .expect_err("the old name is refused");
+        assert!(
+            err.to_string()
+                .contains("renamed IDEMPOTENCY_REDIS_NAMESPACE"),
+            "{err}"
+        );
     }
 }

@@ -130,10 +130,15 @@ impl Engine {
             Status::InProgress => {
                 let lease_expires = record.in_progress_expiration.unwrap_or(record.expiration);
                 info!(?lease_expires, "already in progress in another worker");
+                let retry_after = lease::retry_after(
+                    self.now(),
+                    record.in_progress_expiration,
+                    record.expiration,
+                );
                 Err(Error::AlreadyInProgress {
                     key: record.id,
                     lease_expires,
-                    retry_after: lease::left(self.now(), lease_expires),
+                    retry_after,
                 })
             }
             Status::Completed => {

@@ -46,7 +46,8 @@ impl Engine {
             match result {
                 Err(err) if err.is_retryable_store_error() && attempt < max_attempts => {
                     let sleep = jitter(backoff);
-                    if clock::add(self.now(), sleep) >= cutoff {
+                    // A retry starts only if its shortest attempt also ends by the cutoff.
+                    if clock::add(self.now(), sleep + MIN_ATTEMPT_TIMEOUT) > cutoff {
                         return Err(err);
                     }
                     warn!(error = %crate::error::report(&err), attempt, "store request failed; retrying");

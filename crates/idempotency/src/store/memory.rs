@@ -2,7 +2,7 @@
 //! and for tests of user code.
 //!
 //! Records live in one process, behind one mutex, so every operation is atomic. To inject
-//! faults or count requests, wrap it in a [`FaultyStore`](super::faulty::FaultyStore). Nothing
+//! faults or count requests, wrap it in a `FaultyStore` (`store::faulty`, feature `test-support`). Nothing
 //! survives the process: use it for local runs and tests, not for a deployed function
 //! (each Lambda execution environment would have its own).
 

@@ -40,7 +40,7 @@ const PG_CRON_PURGE: &str = include_str!("pg_cron_purge.sql");
 
 /// The statements for one table.
 pub(super) struct Statements {
-    /// See `PostgresStore::claim_sql`. Rows: `(written, <COLUMNS>)`.
+    /// The claim (the module docs say why it is exact under races). Rows: `(written, <COLUMNS>)`.
     pub(super) claim: String,
     /// `$1` id, `$2` lease token, `$3` data, `$4` expiration (epoch s). One row if the
     /// lease held.

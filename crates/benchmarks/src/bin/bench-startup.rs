@@ -9,7 +9,7 @@ use provider_stub::ProviderStub;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use test_support::TestTable;
-use test_support::stores::{postgres_url, redis_url};
+use test_support::servers::{postgres_url, redis_url};
 
 const STARTS: usize = 9;
 

@@ -3,8 +3,8 @@
 
 use lambda_idempotency::clock::TestClock;
 use lambda_idempotency::store::Status;
-use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::StoreOp;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome,
 };

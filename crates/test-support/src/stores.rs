@@ -6,7 +6,9 @@
 //! `DYNAMODB_TEST_ENDPOINT`.
 
 use crate::TestTable;
-use crate::servers::{HOW, postgres_schema, postgres_url, redis_cluster_urls, redis_prefix, redis_url, unique};
+use crate::servers::{
+    HOW, postgres_schema, postgres_url, redis_cluster_urls, redis_prefix, redis_url, unique,
+};
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::postgres::PostgresStore;
 use lambda_idempotency::store::redis::RedisStore;
@@ -44,10 +46,9 @@ impl Backend {
 /// `async fn test(backend: Backend)` must be in scope. The one way to run a test over
 /// every store: a backend added to [`Backend`] and not here fails to compile.
 ///
-/// ```ignore
-/// async fn replays(backend: Backend) { /* ... */ }
-/// test_support::every_backend!(replays); // memory::replays, dynamodb::replays, ...
-/// ```
+/// `every_backend!(replays)`, with `async fn replays(backend: Backend)` beside it, makes
+/// the tests `memory::replays`, `dynamodb::replays`, `redis::replays`,
+/// `redis_cluster::replays` and `postgres::replays`.
 #[macro_export]
 macro_rules! every_backend {
     ($($test:ident),* $(,)?) => {

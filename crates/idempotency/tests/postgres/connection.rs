@@ -135,7 +135,6 @@ async fn connect_is_bounded_when_the_server_never_answers() {
     }
 }
 
-
 fn postgres_upstream() -> std::net::SocketAddr {
     let config: tokio_postgres::Config = postgres_url().parse().unwrap();
     let host = match &config.get_hosts()[0] {
@@ -333,7 +332,6 @@ async fn tls_settings_given_after_the_first_connection_apply_to_the_next_one() {
     }
     table.drop_table().await;
 }
-
 
 /// A fake PostgreSQL server: refuses TLS, asks for a cleartext password, returns it.
 async fn downgrading_server() -> (

@@ -122,11 +122,9 @@ impl TestTable {
 
 async fn admin() -> tokio_postgres::Client {
     let url = postgres_url();
-    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap_or_else(|e| {
-        panic!(
-            "cannot connect to PostgreSQL at {url}: {e} ({e:?}); {HOW}"
-        )
-    });
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {url}: {e} ({e:?}); {HOW}"));
     tokio::spawn(connection);
     client
 }

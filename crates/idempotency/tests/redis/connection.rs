@@ -402,7 +402,10 @@ async fn a_health_check_on_a_server_that_stopped_answering_returns() {
         .await
         .unwrap()
         .with_request_timeout(Duration::from_millis(500));
-    store.query(&redis::cmd("PING")).await.expect("the server answers");
+    store
+        .query(&redis::cmd("PING"))
+        .await
+        .expect("the server answers");
     // The node freezes: the TCP connection stays up, nothing answers.
     server.freeze();
     let health =

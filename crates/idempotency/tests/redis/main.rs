@@ -350,8 +350,5 @@ async fn an_id_with_a_nul_is_claimed() {
         matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
         "{outcome:?}"
     );
-    store
-        .release(&claim(id, "t1"))
-        .await
-        .unwrap();
+    store.release(&claim(id, "t1")).await.unwrap();
 }

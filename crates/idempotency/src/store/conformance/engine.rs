@@ -150,24 +150,66 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
     let (claim, complete, release) = (StoreOp::Claim, StoreOp::Complete, StoreOp::Release);
     let cases = [
         // Applied, its answer lost: the retry finds its own record and runs.
-        case("claim_answer_lost", claim, Fault::AnswerLost, 1, 2, Completes),
+        case(
+            "claim_answer_lost",
+            claim,
+            Fault::AnswerLost,
+            1,
+            2,
+            Completes,
+        ),
         // Hangs: cut off at the attempt timeout, retried, run once.
         case("claim_hang", claim, Fault::Hang, 1, 2, Completes),
         // Applied late, after the retry won and the result was stored: the late write
         // must not reopen the completed record.
         case("claim_late", claim, late, 1, 2, Completes),
         // The completion applied, its answer lost: the retry succeeds, nothing runs twice.
-        case("complete_answer_lost", complete, Fault::AnswerLost, 1, 2, Completes),
+        case(
+            "complete_answer_lost",
+            complete,
+            Fault::AnswerLost,
+            1,
+            2,
+            Completes,
+        ),
         // The completion hangs: cut off and retried.
         case("complete_hang", complete, Fault::Hang, 1, 2, Completes),
         // The function fails, so the claim is released; the release is applied and its
         // answer lost, or it hangs: the retried release leaves no record.
-        case("release_answer_lost", release, Fault::AnswerLost, 1, 2, ReleasesAfterTheFunctionFails),
-        case("release_hang", release, Fault::Hang, 1, 2, ReleasesAfterTheFunctionFails),
+        case(
+            "release_answer_lost",
+            release,
+            Fault::AnswerLost,
+            1,
+            2,
+            ReleasesAfterTheFunctionFails,
+        ),
+        case(
+            "release_hang",
+            release,
+            Fault::Hang,
+            1,
+            2,
+            ReleasesAfterTheFunctionFails,
+        ),
         // A store that refuses the claim outright: one request, a non-retryable error.
-        case("claim_rejected", claim, Fault::Rejected, 1, 1, Refuses { retryable: false }),
+        case(
+            "claim_rejected",
+            claim,
+            Fault::Rejected,
+            1,
+            1,
+            Refuses { retryable: false },
+        ),
         // Throttled on every attempt: exactly the configured attempts, then the error.
-        case("claim_throttled", claim, Fault::Unavailable, 10, attempts, Refuses { retryable: true }),
+        case(
+            "claim_throttled",
+            claim,
+            Fault::Unavailable,
+            10,
+            attempts,
+            Refuses { retryable: true },
+        ),
     ];
 
     let faulty = FaultyStore::new(store);
@@ -195,7 +237,9 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
             .execute(&op, &payload, || async {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 match then {
-                    ReleasesAfterTheFunctionFails => Err(std::io::Error::other("the provider failed")),
+                    ReleasesAfterTheFunctionFails => {
+                        Err(std::io::Error::other("the provider failed"))
+                    }
                     _ => Ok(format!("answer for {name}")),
                 }
             })

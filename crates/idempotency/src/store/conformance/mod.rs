@@ -198,11 +198,20 @@ pub async fn completed_duplicate(store: &dyn IdempotencyStore) {
     let key = Key::new(store, "completed_duplicate");
     let now = now_ms();
     key.claimed(now, LEASE, "t1", "a free key is claimed").await;
-    key.complete("t1", Some(r#"{"answer":42}"#), now + Duration::from_secs(3600))
-        .await
-        .expect("the owner completes");
+    key.complete(
+        "t1",
+        Some(r#"{"answer":42}"#),
+        now + Duration::from_secs(3600),
+    )
+    .await
+    .expect("the owner completes");
     let again = key
-        .refused(now, LEASE, "t2", "a completed key must not be claimed again")
+        .refused(
+            now,
+            LEASE,
+            "t2",
+            "a completed key must not be claimed again",
+        )
         .await;
     assert_eq!(again.status, Status::Completed);
     assert_eq!(again.data.as_deref(), Some(r#"{"answer":42}"#));
@@ -298,8 +307,13 @@ pub async fn release_frees_the_key(store: &dyn IdempotencyStore) {
 pub async fn fencing(store: &dyn IdempotencyStore) {
     let key = Key::new(store, "fencing");
     let now = now_ms();
-    key.claimed(now, Duration::from_secs(1), "zombie", "a free key is claimed")
-        .await;
+    key.claimed(
+        now,
+        Duration::from_secs(1),
+        "zombie",
+        "a free key is claimed",
+    )
+    .await;
     key.claimed(
         now + Duration::from_secs(2),
         LEASE,
@@ -413,9 +427,15 @@ pub async fn expiry_never_ends_a_live_lease(store: &dyn IdempotencyStore) {
 pub async fn retried_claim_finds_its_own_record(store: &dyn IdempotencyStore) {
     let key = Key::new(store, "own_claim");
     let now = now_ms();
-    key.claimed(now, LEASE, "mine", "a free key is claimed").await;
+    key.claimed(now, LEASE, "mine", "a free key is claimed")
+        .await;
     let previous = key
-        .claimed(now, LEASE, "mine", "a retried claim must find its own record")
+        .claimed(
+            now,
+            LEASE,
+            "mine",
+            "a retried claim must find its own record",
+        )
         .await;
     if let Some(previous) = previous {
         assert_eq!(previous.lease_token.as_deref(), Some("mine"));
@@ -514,7 +534,10 @@ pub async fn store_errors_surface(
     inject_failure(StoreOp::Claim).await;
     check(
         "claim",
-        store.claim(&claim_at(&key.id, now, LEASE, "t1")).await.err(),
+        store
+            .claim(&claim_at(&key.id, now, LEASE, "t1"))
+            .await
+            .err(),
     );
     key.claimed(now, LEASE, "t1", "the claim after the failure is written")
         .await;

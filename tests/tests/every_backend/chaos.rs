@@ -1,10 +1,11 @@
-//! A bounded chaos run, once per store, one run at a time: SQS and several Lambda workers played against the store
-//! and one logging provider, with duplicate sends, duplicate deliveries, visibility
-//! timeouts running out mid-call, workers killed mid-call (on a schedule drawn from the
-//! seed) and store faults. On DynamoDB the test server injects them (throttling, 500s,
-//! writes applied with their answer lost, requests that hang past the attempt timeout and
-//! land late); on the others the fault wrapper does the same, and on Redis and PostgreSQL
-//! the server also drops the workers' connections (`CLIENT KILL`, `pg_terminate_backend`).
+//! A bounded chaos run, once per store, one run at a time: SQS and several Lambda workers
+//! played against the store and one logging provider, with duplicate sends, duplicate
+//! deliveries, visibility timeouts running out mid-call, workers killed mid-call (on a
+//! schedule drawn from the seed) and store faults. On DynamoDB the test server injects
+//! them (throttling, 500s, writes applied with their answer lost, requests that hang past
+//! the attempt timeout and land late); on the others the fault wrapper does the same, and
+//! on Redis and PostgreSQL the server also drops the workers' connections (`CLIENT KILL`,
+//! `pg_terminate_backend`).
 //!
 //! Checked per request, from the provider's own log: calls for request i are at most one
 //! plus the deliveries of i that died after calling without storing a result; and every

@@ -136,7 +136,9 @@ struct FaultCase {
 ///
 /// Uses real time with a short attempt timeout: a few seconds in all.
 pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S) {
-    use Then::{Completes, Refuses, ReleasesAfterTheFunctionFails};
+    use Fault::{AnswerLost, Hang, LateApply, Rejected, Unavailable};
+    use StoreOp::{Claim, Complete, Release};
+    use Then::{Completes, Refuses, ReleasesAfterTheFunctionFails as Released};
     let case = |name, op, fault, times, requests, then| FaultCase {
         name,
         op,
@@ -146,70 +148,26 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
         then,
     };
     let attempts = u64::from(crate::config::DEFAULT_MAX_STORE_ATTEMPTS);
-    let late = Fault::LateApply(FAULT_ATTEMPT_TIMEOUT * 3);
-    let (claim, complete, release) = (StoreOp::Claim, StoreOp::Complete, StoreOp::Release);
+    let late = LateApply(FAULT_ATTEMPT_TIMEOUT * 3);
+    let (permanent, throttled) = (Refuses { retryable: false }, Refuses { retryable: true });
+    // A claim applied with its answer lost, or hanging, or applied late (after the retry
+    // won and the result was stored): the retry finds its own record and runs once, and
+    // the late write does not reopen the completed record. A completion likewise. A
+    // release (the function failed) likewise: the retried release leaves no record. A
+    // claim refused outright: one request, no run. Throttled on every attempt: exactly
+    // the configured attempts, then the error.
+    #[rustfmt::skip]
     let cases = [
-        // Applied, its answer lost: the retry finds its own record and runs.
-        case(
-            "claim_answer_lost",
-            claim,
-            Fault::AnswerLost,
-            1,
-            2,
-            Completes,
-        ),
-        // Hangs: cut off at the attempt timeout, retried, run once.
-        case("claim_hang", claim, Fault::Hang, 1, 2, Completes),
-        // Applied late, after the retry won and the result was stored: the late write
-        // must not reopen the completed record.
-        case("claim_late", claim, late, 1, 2, Completes),
-        // The completion applied, its answer lost: the retry succeeds, nothing runs twice.
-        case(
-            "complete_answer_lost",
-            complete,
-            Fault::AnswerLost,
-            1,
-            2,
-            Completes,
-        ),
-        // The completion hangs: cut off and retried.
-        case("complete_hang", complete, Fault::Hang, 1, 2, Completes),
-        // The function fails, so the claim is released; the release is applied and its
-        // answer lost, or it hangs: the retried release leaves no record.
-        case(
-            "release_answer_lost",
-            release,
-            Fault::AnswerLost,
-            1,
-            2,
-            ReleasesAfterTheFunctionFails,
-        ),
-        case(
-            "release_hang",
-            release,
-            Fault::Hang,
-            1,
-            2,
-            ReleasesAfterTheFunctionFails,
-        ),
-        // A store that refuses the claim outright: one request, a non-retryable error.
-        case(
-            "claim_rejected",
-            claim,
-            Fault::Rejected,
-            1,
-            1,
-            Refuses { retryable: false },
-        ),
-        // Throttled on every attempt: exactly the configured attempts, then the error.
-        case(
-            "claim_throttled",
-            claim,
-            Fault::Unavailable,
-            10,
-            attempts,
-            Refuses { retryable: true },
-        ),
+        //    name                    op        fault        times  requests  then
+        case("claim_answer_lost",    Claim,    AnswerLost,  1,     2,        Completes),
+        case("claim_hang",           Claim,    Hang,        1,     2,        Completes),
+        case("claim_late",           Claim,    late,        1,     2,        Completes),
+        case("complete_answer_lost", Complete, AnswerLost,  1,     2,        Completes),
+        case("complete_hang",        Complete, Hang,        1,     2,        Completes),
+        case("release_answer_lost",  Release,  AnswerLost,  1,     2,        Released),
+        case("release_hang",         Release,  Hang,        1,     2,        Released),
+        case("claim_rejected",       Claim,    Rejected,    1,     1,        permanent),
+        case("claim_throttled",      Claim,    Unavailable, 10,    attempts, throttled),
     ];
 
     let faulty = FaultyStore::new(store);
@@ -237,9 +195,7 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
             .execute(&op, &payload, || async {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 match then {
-                    ReleasesAfterTheFunctionFails => {
-                        Err(std::io::Error::other("the provider failed"))
-                    }
+                    Released => Err(std::io::Error::other("the provider failed")),
                     _ => Ok(format!("answer for {name}")),
                 }
             })
@@ -265,7 +221,7 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
                 assert_eq!(record.status, Status::Completed, "{name}: {record:?}");
                 assert!(record.data.is_some(), "{name}: the result is stored");
             }
-            ReleasesAfterTheFunctionFails => {
+            Released => {
                 assert!(
                     matches!(result, Err(ExecuteError::Function(_))),
                     "{name}: the function's error comes back, got {result:?}"

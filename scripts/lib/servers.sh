@@ -38,24 +38,38 @@ need() {
 
 REDIS_INSTALL="Install Redis 7 (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis), start one on 127.0.0.1:6379, or set REDIS_TEST_URL."
 
-# Starts `redis-server` on a free port with nothing on disk; extra arguments are passed on.
-# Sets PRIVATE_PORT (not a subshell: the stop action must be registered here).
+# The private-redis binary (crates/test-support/src/bin/private-redis.rs): the one
+# launcher of private redis-servers, which the tests use too. Built on first use.
+PRIVATE_REDIS=""
+private_redis_bin() {
+  if [ -z "$PRIVATE_REDIS" ]; then
+    echo "==> building the private-redis launcher (test-support)" >&2
+    cargo build --quiet -p test-support --no-default-features --bin private-redis >&2
+    PRIVATE_REDIS="${CARGO_TARGET_DIR:-target}/debug/private-redis"
+  fi
+}
+
+# Starts a private redis-server (nothing on disk) on a free port through private-redis;
+# extra arguments are passed on. Sets PRIVATE_PORT (not a subshell: the stop action must be
+# registered here).
 start_private_redis() {
-  local port dir
-  port=$(free_port)
-  dir="$SERVERS_DIR/redis-$port"
-  mkdir -p "$dir"
-  redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
-    --daemonize no "$@" > "$dir/log" 2>&1 &
-  local pid=$!
+  local port_file pid port
+  private_redis_bin
+  port_file=$(mktemp "$SERVERS_DIR/port.XXXXXX")
+  rm -f "$port_file"
+  "$PRIVATE_REDIS" --dir "$SERVERS_DIR" --port-file "$port_file" -- "$@" &
+  pid=$!
   at_exit "kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true"
   for _ in $(seq 1 100); do
-    redis-cli -p "$port" ping >/dev/null 2>&1 && { PRIVATE_PORT=$port; return; }
+    if [ -s "$port_file" ]; then
+      port=$(cat "$port_file")
+      redis-cli -p "$port" ping >/dev/null 2>&1 && { PRIVATE_PORT=$port; return; }
+    fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
-  echo "error: redis-server on port $port did not start:" >&2
-  cat "$dir/log" >&2
+  echo "error: the private redis-server did not start:" >&2
+  [ -n "${port:-}" ] && cat "$SERVERS_DIR/redis-$port/log" >&2
   exit 1
 }
 

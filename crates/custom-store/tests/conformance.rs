@@ -1,4 +1,6 @@
-//! The library's conformance suite over a store written outside it.
+//! The library's whole conformance suite (the store contract, the engine over the store,
+//! the model's histories) over a store written outside it: the one entry point every
+//! backend calls.
 
 use custom_store::TextStore;
 use lambda_idempotency::store::conformance;
@@ -8,6 +10,10 @@ use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 async fn a_store_written_outside_the_crate_passes_the_whole_contract() {
     let store = FaultyStore::new(TextStore::new());
     let faults = store.clone();
-    conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
-    conformance::engine::run_all(TextStore::new()).await;
+    conformance::run_whole_contract(
+        store,
+        async |op| faults.inject(op, Fault::Unavailable, 1),
+        20,
+    )
+    .await;
 }

@@ -1,20 +1,20 @@
-//! Every idempotency store on its test server, so one end-to-end test runs over each.
+//! Every idempotency store on its test server, so one end-to-end test runs over each:
+//! [`TestStore`], and [`every_backend!`](crate::every_backend), the one way to run a test
+//! over every [`Backend`].
 //!
-//! The servers are found as `scripts/test` leaves them: `DYNAMODB_TEST_ENDPOINT`,
-//! `REDIS_TEST_URL` (default the local 127.0.0.1:6379), `REDIS_CLUSTER_TEST_URLS` and
-//! `POSTGRES_TEST_URL` (default the local 127.0.0.1:5432, database `test`). A missing
-//! server fails the test and says what to start.
+//! The servers are found as [`servers`](crate::servers) says, the DynamoDB test server at
+//! `DYNAMODB_TEST_ENDPOINT`.
 
 use crate::TestTable;
+use crate::servers::{
+    HOW, postgres_schema, postgres_url, redis_cluster_urls, redis_prefix, redis_url, unique,
+};
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::postgres::PostgresStore;
 use lambda_idempotency::store::redis::RedisStore;
 use lambda_idempotency::{DynamoDbStore, MemoryStore};
 use std::fmt;
 use std::sync::Arc;
-
-const HOW: &str = "run scripts/test, which finds or starts every test server, or set \
-    DYNAMODB_TEST_ENDPOINT, REDIS_TEST_URL, REDIS_CLUSTER_TEST_URLS and POSTGRES_TEST_URL";
 
 /// A store backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Every backend.
+    /// Every backend, in the order [`every_backend!`](crate::every_backend) runs them.
     pub const ALL: [Backend; 5] = [
         Backend::Memory,
         Backend::DynamoDb,
@@ -40,6 +40,42 @@ impl Backend {
         Backend::RedisCluster,
         Backend::Postgres,
     ];
+}
+
+/// Runs each named test once per [`Backend`], as `<backend>::<test>`: for every `test`,
+/// `async fn test(backend: Backend)` must be in scope. The one way to run a test over
+/// every store: a backend added to [`Backend`] and not here fails to compile.
+///
+/// `every_backend!(replays)`, with `async fn replays(backend: Backend)` beside it, makes
+/// the tests `memory::replays`, `dynamodb::replays`, `redis::replays`,
+/// `redis_cluster::replays` and `postgres::replays`.
+#[macro_export]
+macro_rules! every_backend {
+    ($($test:ident),* $(,)?) => {
+        $crate::every_backend!(@backends [$($test),*]
+            memory Memory,
+            dynamodb DynamoDb,
+            redis Redis,
+            redis_cluster RedisCluster,
+            postgres Postgres);
+    };
+    (@backends $tests:tt $($module:ident $variant:ident),*) => {
+        // Every variant, or this match does not compile.
+        const _: fn($crate::stores::Backend) = |backend| match backend {
+            $($crate::stores::Backend::$variant)|* => {}
+        };
+        $($crate::every_backend!(@backend $module $variant $tests);)*
+    };
+    (@backend $module:ident $variant:ident [$($test:ident),*]) => {
+        mod $module {
+            $(
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::stores::Backend::$variant).await
+                }
+            )*
+        }
+    };
 }
 
 impl fmt::Display for Backend {
@@ -65,39 +101,6 @@ pub struct TestStore {
     pub table: Option<TestTable>,
     redis: Option<(RedisStore, RedisStore)>,
     postgres: Option<(PostgresStore, String)>,
-}
-
-fn unique(test: &str) -> String {
-    format!(
-        "{}_{:012x}",
-        test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
-        fastrand::u64(..) >> 16
-    )
-}
-
-/// `REDIS_TEST_URL`, or the local server.
-pub fn redis_url() -> String {
-    std::env::var("REDIS_TEST_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// `REDIS_CLUSTER_TEST_URLS`, split; panics, saying what to start, when unset.
-pub fn redis_cluster_urls() -> Vec<String> {
-    std::env::var("REDIS_CLUSTER_TEST_URLS")
-        .unwrap_or_else(|_| panic!("REDIS_CLUSTER_TEST_URLS is not set: {HOW}"))
-        .split(',')
-        .map(str::to_owned)
-        .collect()
-}
-
-/// `POSTGRES_TEST_URL`, or the local server.
-pub fn postgres_url() -> String {
-    std::env::var("POSTGRES_TEST_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn redis_prefix(test: &str) -> String {
-    let run = std::env::var("REDIS_TEST_PREFIX").unwrap_or_else(|_| "idem-test:".into());
-    format!("{run}{}:", unique(test))
 }
 
 impl TestStore {
@@ -140,9 +143,7 @@ impl TestStore {
             }
             Backend::Postgres => {
                 let url = postgres_url();
-                let schema =
-                    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into());
-                let table = format!("{schema}.idem_{}", unique(test));
+                let table = format!("{}.idem_{}", postgres_schema(), unique(test));
                 let store = PostgresStore::from_url(&url, &table)
                     .unwrap_or_else(|e| panic!("bad POSTGRES_TEST_URL {url}: {e}"));
                 store

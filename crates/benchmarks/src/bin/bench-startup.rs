@@ -9,7 +9,7 @@ use provider_stub::ProviderStub;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use test_support::TestTable;
-use test_support::stores::{postgres_url, redis_url};
+use test_support::servers::{postgres_schema, postgres_url, redis_prefix, redis_url};
 
 const STARTS: usize = 9;
 
@@ -19,12 +19,8 @@ async fn main() {
     let provider = ProviderStub::start().await.unwrap();
     let endpoint = test_support::endpoint().await;
     let table = TestTable::create("startup").await;
-    let schema = std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into());
-    let pg_table = format!("{schema}.startup_{}", std::process::id());
-    let prefix = format!(
-        "{}startup:",
-        std::env::var("REDIS_TEST_PREFIX").unwrap_or_default()
-    );
+    let pg_table = format!("{}.startup_{}", postgres_schema(), std::process::id());
+    let prefix = redis_prefix("startup");
     println!(
         "## Start-up per feature set (median of {STARTS} starts)\n\n| build | store | start-up to first /next | to the first delivery's answer |\n|---|---|---|---|"
     );

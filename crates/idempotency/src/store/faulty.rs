@@ -214,3 +214,31 @@ impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> 
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Fault, FaultyStore};
+    use crate::MemoryStore;
+    use crate::store::{IdempotencyStore, StoreOp};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn answered_requests_are_timed_and_every_request_counted() {
+        let store = FaultyStore::new(MemoryStore::new());
+        store.inject(StoreOp::Get, Fault::Slow(Duration::from_millis(30)), 1);
+        store.get("k").await.unwrap();
+        store.inject(StoreOp::Get, Fault::Unavailable, 1);
+        assert!(store.get("k").await.is_err());
+        assert_eq!(store.requests(StoreOp::Get), 2);
+        let busy = store.time_in_requests();
+        assert!(
+            busy >= Duration::from_millis(30) && busy < Duration::from_secs(5),
+            "the slow request's time, not the refused one's: {busy:?}"
+        );
+        store.reset_requests();
+        assert_eq!(
+            (store.total_requests(), store.time_in_requests()),
+            (0, Duration::ZERO)
+        );
+    }
+}

@@ -103,197 +103,155 @@ pub async fn engine_replays_without_running<S: IdempotencyStore + 'static>(store
     }
 }
 
+/// What the engine must do under one fault of [`engine_under_faults`].
+#[derive(Debug, Clone, Copy)]
+enum Then {
+    /// The function runs once and its result is stored.
+    Completes,
+    /// The function fails: its own error comes back, the claim is released (no record is
+    /// left), and the next delivery runs the function again.
+    ReleasesAfterTheFunctionFails,
+    /// Nothing runs: a store error, retryable or not, and no record.
+    Refuses {
+        /// Whether the error is retryable.
+        retryable: bool,
+    },
+}
+
+/// One row of [`engine_under_faults`]: `fault` on the next `times` requests of `op`, the
+/// requests of `op` the engine then makes, and what it must do.
+#[derive(Debug, Clone, Copy)]
+struct FaultCase {
+    name: &'static str,
+    op: StoreOp,
+    fault: Fault,
+    times: u32,
+    requests: u64,
+    then: Then,
+}
+
 /// The engine over `store` under every fault between the store and its caller, each
 /// injected by a [`FaultyStore`] around it: the function runs once, the record ends as it
 /// should, and the request counts are exact.
 ///
 /// Uses real time with a short attempt timeout: a few seconds in all.
 pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S) {
+    use Fault::{AnswerLost, Hang, LateApply, Rejected, Unavailable};
+    use StoreOp::{Claim, Complete, Release};
+    use Then::{Completes, Refuses, ReleasesAfterTheFunctionFails as Released};
+    let case = |name, op, fault, times, requests, then| FaultCase {
+        name,
+        op,
+        fault,
+        times,
+        requests,
+        then,
+    };
+    let attempts = u64::from(crate::config::DEFAULT_MAX_STORE_ATTEMPTS);
+    let late = LateApply(FAULT_ATTEMPT_TIMEOUT * 3);
+    let (permanent, throttled) = (Refuses { retryable: false }, Refuses { retryable: true });
+    // A claim applied with its answer lost, or hanging, or applied late (after the retry
+    // won and the result was stored): the retry finds its own record and runs once, and
+    // the late write does not reopen the completed record. A completion likewise. A
+    // release (the function failed) likewise: the retried release leaves no record. A
+    // claim refused outright: one request, no run. Throttled on every attempt: exactly
+    // the configured attempts, then the error.
+    #[rustfmt::skip]
+    let cases = [
+        //    name                    op        fault        times  requests  then
+        case("claim_answer_lost",    Claim,    AnswerLost,  1,     2,        Completes),
+        case("claim_hang",           Claim,    Hang,        1,     2,        Completes),
+        case("claim_late",           Claim,    late,        1,     2,        Completes),
+        case("complete_answer_lost", Complete, AnswerLost,  1,     2,        Completes),
+        case("complete_hang",        Complete, Hang,        1,     2,        Completes),
+        case("release_answer_lost",  Release,  AnswerLost,  1,     2,        Released),
+        case("release_hang",         Release,  Hang,        1,     2,        Released),
+        case("claim_rejected",       Claim,    Rejected,    1,     1,        permanent),
+        case("claim_throttled",      Claim,    Unavailable, 10,    attempts, throttled),
+    ];
+
     let faulty = FaultyStore::new(store);
     let idempotency = Idempotency::builder(faulty.clone())
         .store_attempt_timeout(FAULT_ATTEMPT_TIMEOUT)
         .lease(Duration::from_secs(30))
         .build();
     let op = Operation::new(op_name("faults"), KeyStrategy::field("id"));
-    let case = async |name: &str, fault: Option<(StoreOp, Fault)>| {
+    for FaultCase {
+        name,
+        op: at,
+        fault,
+        times,
+        requests,
+        then,
+    } in cases
+    {
         faulty.clear_faults();
         faulty.reset_requests();
-        if let Some((at, fault)) = fault {
-            faulty.inject(at, fault, 1);
-        }
+        faulty.inject(at, fault, times);
         let payload = json!({"id": format!("{name}-{:016x}", fastrand::u64(..))});
         let id = idempotency.idempotency_id(&op, &payload).unwrap();
         let calls = std::sync::atomic::AtomicU32::new(0);
         let result = idempotency
             .execute(&op, &payload, || async {
                 calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok::<_, Error>(format!("answer for {name}"))
+                match then {
+                    Released => Err(std::io::Error::other("the provider failed")),
+                    _ => Ok(format!("answer for {name}")),
+                }
             })
             .await;
         let calls = calls.load(std::sync::atomic::Ordering::SeqCst);
-        (id, result, calls)
-    };
-
-    // The claim was applied, its answer lost: the retry finds its own record and runs.
-    let (id, result, calls) = case(
-        "claim_answer_lost",
-        Some((StoreOp::Claim, Fault::AnswerLost)),
-    )
-    .await;
-    let (_, outcome) = result.expect("a lost claim answer is recovered");
-    assert_eq!(
-        (outcome, calls),
-        (Outcome::Executed, 1),
-        "claim answer lost"
-    );
-    assert_eq!(
-        faulty.requests(StoreOp::Claim),
-        2,
-        "claim answer lost: two claims"
-    );
-    assert_completed(faulty.inner(), &id, "claim answer lost").await;
-
-    // The claim hangs: cut off at the attempt timeout, retried, run once.
-    let (id, result, calls) = case("claim_hang", Some((StoreOp::Claim, Fault::Hang))).await;
-    let (_, outcome) = result.expect("a hung claim is retried");
-    assert_eq!((outcome, calls), (Outcome::Executed, 1), "claim hang");
-    assert_eq!(faulty.requests(StoreOp::Claim), 2, "claim hang: two claims");
-    assert_completed(faulty.inner(), &id, "claim hang").await;
-
-    // The claim is applied late, after the retry won and the result was stored: the late
-    // write must not reopen the completed record.
-    let late = FAULT_ATTEMPT_TIMEOUT * 3;
-    let (id, result, calls) =
-        case("claim_late", Some((StoreOp::Claim, Fault::LateApply(late)))).await;
-    let (_, outcome) = result.expect("a late claim is retried");
-    assert_eq!(
-        (outcome, calls),
-        (Outcome::Executed, 1),
-        "claim applied late"
-    );
-    tokio::time::sleep(late + FAULT_ATTEMPT_TIMEOUT).await;
-    assert_completed(faulty.inner(), &id, "claim applied late").await;
-
-    // The completion was applied, its answer lost: the retry succeeds, nothing runs twice.
-    let (id, result, calls) = case(
-        "complete_answer_lost",
-        Some((StoreOp::Complete, Fault::AnswerLost)),
-    )
-    .await;
-    let (_, outcome) = result.expect("a lost completion answer is recovered");
-    assert_eq!(
-        (outcome, calls),
-        (Outcome::Executed, 1),
-        "complete answer lost"
-    );
-    assert_eq!(
-        faulty.requests(StoreOp::Complete),
-        2,
-        "complete answer lost: two completions"
-    );
-    assert_completed(faulty.inner(), &id, "complete answer lost").await;
-
-    // The completion hangs: cut off and retried.
-    let (id, result, calls) = case("complete_hang", Some((StoreOp::Complete, Fault::Hang))).await;
-    let (_, outcome) = result.expect("a hung completion is retried");
-    assert_eq!((outcome, calls), (Outcome::Executed, 1), "complete hang");
-    assert_completed(faulty.inner(), &id, "complete hang").await;
-
-    // The function fails, so the claim is released; the release was applied and its
-    // answer lost, or it hangs: the function's own error comes back, the retried release
-    // leaves no record, and the next delivery runs the function again.
-    for (name, fault) in [
-        ("release_answer_lost", Fault::AnswerLost),
-        ("release_hang", Fault::Hang),
-    ] {
+        assert_eq!(
+            faulty.requests(at),
+            requests,
+            "{name}: {requests} {at:?} requests"
+        );
         faulty.clear_faults();
-        faulty.reset_requests();
-        faulty.inject(StoreOp::Release, fault, 1);
-        let payload = json!({"id": format!("{name}-{:016x}", fastrand::u64(..))});
-        let id = idempotency.idempotency_id(&op, &payload).unwrap();
-        let failed = idempotency
-            .execute(&op, &payload, || async {
-                Err::<String, _>(std::io::Error::other("the provider failed"))
-            })
-            .await;
-        assert!(
-            matches!(failed, Err(ExecuteError::Function(_))),
-            "{name}: the function's error comes back, got {failed:?}"
-        );
-        assert_eq!(faulty.requests(StoreOp::Release), 2, "{name}: two releases");
-        assert!(
-            faulty.inner().get(&id).await.unwrap().is_none(),
-            "{name}: the released record is gone"
-        );
-        let (_, outcome) = idempotency
-            .execute(&op, &payload, || async {
-                Ok::<_, std::io::Error>("second try".to_string())
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{name}: the next delivery runs: {e:?}"));
-        assert_eq!(outcome, Outcome::Executed, "{name}: run again");
+        if let Fault::LateApply(after) = fault {
+            // Give the late write time to land before the record is read.
+            tokio::time::sleep(after + FAULT_ATTEMPT_TIMEOUT).await;
+        }
+        let record = faulty.inner().get(&id).await.expect("get");
+        match then {
+            Completes => {
+                let (_, outcome) =
+                    result.unwrap_or_else(|e| panic!("{name}: the fault is recovered: {e:?}"));
+                assert_eq!((outcome, calls), (Outcome::Executed, 1), "{name}");
+                let record = record.unwrap_or_else(|| panic!("{name}: the record is gone"));
+                assert_eq!(record.status, Status::Completed, "{name}: {record:?}");
+                assert!(record.data.is_some(), "{name}: the result is stored");
+            }
+            Released => {
+                assert!(
+                    matches!(result, Err(ExecuteError::Function(_))),
+                    "{name}: the function's error comes back, got {result:?}"
+                );
+                assert!(record.is_none(), "{name}: the released record is gone");
+                let (_, outcome) = idempotency
+                    .execute(&op, &payload, || async {
+                        Ok::<_, std::io::Error>("second try".to_string())
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: the next delivery runs: {e:?}"));
+                assert_eq!(outcome, Outcome::Executed, "{name}: run again");
+            }
+            Refuses { retryable } => {
+                assert!(
+                    matches!(
+                        &result,
+                        Err(ExecuteError::Idempotency(Error::Store { retryable: r, .. })) if *r == retryable
+                    ),
+                    "{name}: a store error, retryable: {retryable}, got {result:?}"
+                );
+                assert_eq!(calls, 0, "{name}: no call without a claim");
+                assert!(record.is_none(), "{name}: no record");
+            }
+        }
     }
-
-    // A store that refuses the claim outright: one request, a non-retryable error, no run.
-    let (id, result, calls) = case("claim_rejected", Some((StoreOp::Claim, Fault::Rejected))).await;
-    assert!(
-        matches!(
-            result,
-            Err(ExecuteError::Idempotency(Error::Store {
-                retryable: false,
-                ..
-            }))
-        ),
-        "a rejected claim is a non-retryable store error, got {result:?}"
-    );
-    assert_eq!(
-        (calls, faulty.requests(StoreOp::Claim)),
-        (0, 1),
-        "claim rejected"
-    );
-    assert!(
-        faulty.inner().get(&id).await.unwrap().is_none(),
-        "claim rejected: no record"
-    );
-
-    // Throttled on every attempt: exactly the configured attempts, then the error.
-    faulty.clear_faults();
-    faulty.reset_requests();
-    faulty.inject(StoreOp::Claim, Fault::Unavailable, 10);
-    let payload = json!({"id": format!("throttled-{:016x}", fastrand::u64(..))});
-    let result = idempotency
-        .execute(&op, &payload, || async { Ok::<_, Error>(String::new()) })
-        .await;
-    assert!(
-        matches!(
-            result,
-            Err(ExecuteError::Idempotency(Error::Store {
-                retryable: true,
-                ..
-            }))
-        ),
-        "persistent throttling surfaces as a retryable store error, got {result:?}"
-    );
-    assert_eq!(
-        faulty.requests(StoreOp::Claim),
-        u64::from(crate::config::DEFAULT_MAX_STORE_ATTEMPTS),
-        "the engine makes exactly its configured attempts"
-    );
-    faulty.clear_faults();
 }
 
 /// Attempt timeout of [`engine_under_faults`]: long enough for a real server's answer.
 const FAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
-
-async fn assert_completed(store: &dyn IdempotencyStore, id: &str, case: &str) {
-    let record = store
-        .get(id)
-        .await
-        .expect("get")
-        .unwrap_or_else(|| panic!("{case}: the record is gone"));
-    assert_eq!(record.status, Status::Completed, "{case}: {record:?}");
-    assert!(record.data.is_some(), "{case}: the result is stored");
-}
 
 /// The engine over `store`: an expiry shorter than the call never lets a duplicate run
 /// while the first call's lease is live; huge settings never panic; names that would

@@ -1,37 +1,58 @@
-//! The behaviour every [`IdempotencyStore`] must show, one `pub async fn` per behaviour.
+//! The behaviour every [`IdempotencyStore`] must show, and the one call that checks it.
 //!
-//! Each function panics with a message naming the broken rule. Backends run them all with
-//! [`run_all`]; capabilities that need the backend's help (fault injection) are passed in
-//! explicitly, never skipped.
+//! A backend's test calls [`run_whole_contract`] and nothing else: it runs the store
+//! contract below ([`run_all`], one `pub async fn` per behaviour), the engine over the
+//! store ([`engine::run_all`]: every single fault, request counts, leases, validation and
+//! replay) and the seeded histories of the [`model`]. A check added to any of the three is
+//! run by every backend. What needs the backend's help (fault injection) is a parameter,
+//! never skipped.
+//!
+//! Each check panics with a message naming the broken rule.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! use lambda_idempotency::MemoryStore;
 //! use lambda_idempotency::store::conformance;
 //! use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 //! let store = FaultyStore::new(MemoryStore::new());
 //! let faults = store.clone();
-//! conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
+//! conformance::run_whole_contract(
+//!     store,
+//!     async |op| faults.inject(op, Fault::Unavailable, 1),
+//!     2,
+//! )
+//! .await;
 //! # }
 //! ```
 
 pub mod engine;
 pub mod model;
 
-pub use engine::{
-    engine_keeps_leases, engine_replays_without_running, engine_request_counts,
-    engine_under_faults, payload_mismatch,
-};
-
 use super::{ClaimOutcome, IdempotencyStore, StoreOp};
 use crate::error::Error;
-use crate::record::{Claim, Status};
+use crate::record::{Claim, Record, Status};
 use std::time::{Duration, SystemTime};
 
+/// Runs the whole contract over `store`: the store contract ([`run_all`]), the engine's
+/// behaviours over the store ([`engine::run_all`]) and `histories` seeded histories per
+/// setup of the [`model`] ([`model::run_all`]; `MODEL_SEEDS` and `MODEL_SEED` override
+/// the count). The one entry point a backend's test calls.
+///
+/// `inject_failure(op)` must make the next call of `op` on `store` fail as a throttled
+/// backend does (a [`FaultyStore`](super::faulty::FaultyStore) around the store, the
+/// backend's own fault injection, or a connection the server drops).
+pub async fn run_whole_contract<S>(store: S, inject_failure: impl AsyncFn(StoreOp), histories: u64)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    run_all(&store, inject_failure).await;
+    engine::run_all(store.clone()).await;
+    model::run_all(store, histories).await;
+}
+
 /// Runs every behaviour of the store contract below. `inject_failure(op)` must make the
-/// next call of `op` fail as a throttled backend does. [`engine::run_all`] runs the
-/// engine's behaviours over the same store.
+/// next call of `op` fail as a throttled backend does. Part of [`run_whole_contract`].
 pub async fn run_all<S>(store: &S, inject_failure: impl AsyncFn(StoreOp))
 where
     S: IdempotencyStore + Clone + 'static,
@@ -84,243 +105,243 @@ fn now_ms() -> SystemTime {
     crate::record::from_epoch_millis(crate::record::epoch_millis(SystemTime::now()))
 }
 
+/// One key of a check: its claims, and what each must answer.
+struct Key<'a> {
+    store: &'a dyn IdempotencyStore,
+    id: String,
+}
+
+impl<'a> Key<'a> {
+    /// A fresh key named after `name`.
+    fn new(store: &'a dyn IdempotencyStore, name: &str) -> Self {
+        Self {
+            store,
+            id: unique(name),
+        }
+    }
+
+    /// Claims the key at `at` with a lease of `lease` and token `token`.
+    async fn claim(&self, at: SystemTime, lease: Duration, token: &str) -> ClaimOutcome {
+        self.store
+            .claim(&claim_at(&self.id, at, lease, token))
+            .await
+            .unwrap_or_else(|e| panic!("the claim with {token} must succeed, got {e:?}"))
+    }
+
+    /// Claims, and panics with `rule` unless the claim was written; returns `previous`.
+    async fn claimed(
+        &self,
+        at: SystemTime,
+        lease: Duration,
+        token: &str,
+        rule: &str,
+    ) -> Option<Record> {
+        match self.claim(at, lease, token).await {
+            ClaimOutcome::Claimed { previous } => previous,
+            other => panic!("{rule}, got {other:?}"),
+        }
+    }
+
+    /// Claims, and panics with `rule` unless a live record refused it; returns that record.
+    async fn refused(&self, at: SystemTime, lease: Duration, token: &str, rule: &str) -> Record {
+        match self.claim(at, lease, token).await {
+            ClaimOutcome::Exists(record) => record,
+            other => panic!("{rule}, got {other:?}"),
+        }
+    }
+
+    /// Completes the claim of `token` with `data`, expiring at `expiration`.
+    async fn complete(
+        &self,
+        token: &str,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> Result<(), Error> {
+        self.store
+            .complete(&lease(&self.id, token), data, expiration)
+            .await
+    }
+
+    /// Releases the claim of `token`.
+    async fn release(&self, token: &str) -> Result<(), Error> {
+        self.store.release(&lease(&self.id, token)).await
+    }
+
+    /// The stored record.
+    async fn get(&self) -> Option<Record> {
+        self.store.get(&self.id).await.expect("get")
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
 /// A claim on a free key succeeds and leaves an in-progress record with its token,
 /// lease and validation hash.
 pub async fn first_claim(store: &dyn IdempotencyStore) {
-    let id = unique("first_claim");
+    let key = Key::new(store, "first_claim");
     let now = now_ms();
-    let claim = claim_at(&id, now, Duration::from_secs(30), "t1");
-    let outcome = store.claim(&claim).await.expect("claim on a free key");
-    assert_eq!(
-        outcome,
-        ClaimOutcome::Claimed { previous: None },
-        "a free key is claimed"
-    );
-    let record = store
-        .get(&id)
-        .await
-        .expect("get")
-        .expect("the claim is stored");
+    let previous = key.claimed(now, LEASE, "t1", "a free key is claimed").await;
+    assert_eq!(previous, None, "a free key has no previous record");
+    let record = key.get().await.expect("the claim is stored");
     assert_eq!(record.status, Status::InProgress);
     assert_eq!(record.lease_token.as_deref(), Some("t1"));
-    assert_eq!(
-        record.in_progress_expiration,
-        Some(now + Duration::from_secs(30))
-    );
+    assert_eq!(record.in_progress_expiration, Some(now + LEASE));
     assert_eq!(record.validation.as_deref(), Some("v1"));
     assert_eq!(
         crate::record::epoch_secs(record.expiration),
-        crate::record::epoch_secs(claim.expiration)
+        crate::record::epoch_secs(claim_at(&key.id, now, LEASE, "t1").expiration)
     );
 }
 
 /// A claim on a completed key is refused and returns the completed record with its data.
 pub async fn completed_duplicate(store: &dyn IdempotencyStore) {
-    let id = unique("completed_duplicate");
+    let key = Key::new(store, "completed_duplicate");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
-        .await
-        .unwrap();
-    store
-        .complete(
-            &lease(&id, "t1"),
-            Some(r#"{"answer":42}"#),
-            now + Duration::from_secs(3600),
+    key.claimed(now, LEASE, "t1", "a free key is claimed").await;
+    key.complete(
+        "t1",
+        Some(r#"{"answer":42}"#),
+        now + Duration::from_secs(3600),
+    )
+    .await
+    .expect("the owner completes");
+    let again = key
+        .refused(
+            now,
+            LEASE,
+            "t2",
+            "a completed key must not be claimed again",
         )
-        .await
-        .expect("the owner completes");
-    let again = store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t2"))
-        .await
-        .unwrap();
-    match again {
-        ClaimOutcome::Exists(r) => {
-            assert_eq!(r.status, Status::Completed);
-            assert_eq!(r.data.as_deref(), Some(r#"{"answer":42}"#));
-        }
-        other => panic!("a completed key must not be claimed again, got {other:?}"),
-    }
+        .await;
+    assert_eq!(again.status, Status::Completed);
+    assert_eq!(again.data.as_deref(), Some(r#"{"answer":42}"#));
     // Even long after the lease, a completed record is not claimable until it expires.
-    let later = store
-        .claim(&claim_at(
-            &id,
-            now + Duration::from_secs(600),
-            Duration::from_secs(30),
-            "t3",
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(later, ClaimOutcome::Exists(_)),
-        "a completed record outlives its lease"
-    );
+    key.refused(
+        now + Duration::from_secs(600),
+        LEASE,
+        "t3",
+        "a completed record outlives its lease",
+    )
+    .await;
 }
 
 /// A claim on a key whose lease is live is refused and returns the in-progress record.
 pub async fn in_progress_duplicate(store: &dyn IdempotencyStore) {
-    let id = unique("in_progress_duplicate");
+    let key = Key::new(store, "in_progress_duplicate");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
-        .await
-        .unwrap();
-    let again = store
-        .claim(&claim_at(
-            &id,
+    key.claimed(now, LEASE, "t1", "a free key is claimed").await;
+    let held = key
+        .refused(
             now + Duration::from_secs(29),
-            Duration::from_secs(30),
+            LEASE,
             "t2",
-        ))
-        .await
-        .unwrap();
-    match again {
-        ClaimOutcome::Exists(r) => {
-            assert_eq!(r.status, Status::InProgress);
-            assert_eq!(
-                r.lease_token.as_deref(),
-                Some("t1"),
-                "the holder keeps its lease"
-            );
-        }
-        other => panic!("a live lease must refuse the claim, got {other:?}"),
-    }
+            "a live lease must refuse the claim",
+        )
+        .await;
+    assert_eq!(held.status, Status::InProgress);
+    assert_eq!(
+        held.lease_token.as_deref(),
+        Some("t1"),
+        "the holder keeps its lease"
+    );
 }
 
 /// Once the lease has passed, the next claim takes the record over.
 pub async fn lease_takeover(store: &dyn IdempotencyStore) {
-    let id = unique("lease_takeover");
+    let key = Key::new(store, "lease_takeover");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(1), "t1"))
-        .await
-        .unwrap();
-    let later = now + Duration::from_secs(2);
-    let outcome = store
-        .claim(&claim_at(&id, later, Duration::from_secs(30), "t2"))
-        .await
-        .unwrap();
-    match outcome {
-        ClaimOutcome::Claimed { previous } => {
-            if let Some(prev) = previous {
-                assert_eq!(
-                    prev.lease_token.as_deref(),
-                    Some("t1"),
-                    "previous is the old claim"
-                );
-            }
-        }
-        other => panic!("a passed lease must be taken over, got {other:?}"),
+    key.claimed(now, Duration::from_secs(1), "t1", "a free key is claimed")
+        .await;
+    let previous = key
+        .claimed(
+            now + Duration::from_secs(2),
+            LEASE,
+            "t2",
+            "a passed lease must be taken over",
+        )
+        .await;
+    if let Some(previous) = previous {
+        assert_eq!(
+            previous.lease_token.as_deref(),
+            Some("t1"),
+            "previous is the old claim"
+        );
     }
-    let record = store.get(&id).await.unwrap().unwrap();
+    let record = key.get().await.expect("the new claim");
     assert_eq!(record.lease_token.as_deref(), Some("t2"));
 }
 
 /// A record past its `expiration` is claimable even though it is still stored (TTL
 /// deletes late), whatever its status.
 pub async fn expired_record(store: &dyn IdempotencyStore) {
-    let id = unique("expired_record");
+    let key = Key::new(store, "expired_record");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
+    key.claimed(now, LEASE, "t1", "a free key is claimed").await;
+    key.complete("t1", Some("1"), now + Duration::from_secs(10))
         .await
         .unwrap();
-    store
-        .complete(&lease(&id, "t1"), Some("1"), now + Duration::from_secs(10))
-        .await
-        .unwrap();
-    let outcome = store
-        .claim(&claim_at(
-            &id,
-            now + Duration::from_secs(12),
-            Duration::from_secs(30),
-            "t2",
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(outcome, ClaimOutcome::Claimed { .. }),
-        "an expired completed record must be claimable, got {outcome:?}"
-    );
+    key.claimed(
+        now + Duration::from_secs(12),
+        LEASE,
+        "t2",
+        "an expired completed record must be claimable",
+    )
+    .await;
 }
 
 /// A released claim leaves no record, so the next delivery runs again.
 pub async fn release_frees_the_key(store: &dyn IdempotencyStore) {
-    let id = unique("release");
+    let key = Key::new(store, "release");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
-        .await
-        .unwrap();
-    store
-        .release(&lease(&id, "t1"))
-        .await
-        .expect("the owner releases");
-    assert!(
-        store.get(&id).await.unwrap().is_none(),
-        "release deletes the record"
-    );
-    let outcome = store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t2"))
-        .await
-        .unwrap();
-    assert_eq!(outcome, ClaimOutcome::Claimed { previous: None });
+    key.claimed(now, LEASE, "t1", "a free key is claimed").await;
+    key.release("t1").await.expect("the owner releases");
+    assert!(key.get().await.is_none(), "release deletes the record");
+    let previous = key
+        .claimed(now, LEASE, "t2", "a released key is claimed again")
+        .await;
+    assert_eq!(previous, None, "nothing is left to replace");
 }
 
 /// A worker whose lease was taken over can neither complete nor release: the new owner's
 /// record stays intact.
 pub async fn fencing(store: &dyn IdempotencyStore) {
-    let id = unique("fencing");
+    let key = Key::new(store, "fencing");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(1), "zombie"))
-        .await
-        .unwrap();
-    store
-        .claim(&claim_at(
-            &id,
-            now + Duration::from_secs(2),
-            Duration::from_secs(30),
-            "owner",
-        ))
-        .await
-        .unwrap();
-    let complete = store
-        .complete(
-            &lease(&id, "zombie"),
-            Some("\"stale\""),
-            now + Duration::from_secs(60),
-        )
+    key.claimed(
+        now,
+        Duration::from_secs(1),
+        "zombie",
+        "a free key is claimed",
+    )
+    .await;
+    key.claimed(
+        now + Duration::from_secs(2),
+        LEASE,
+        "owner",
+        "a passed lease is taken over",
+    )
+    .await;
+    let complete = key
+        .complete("zombie", Some("\"stale\""), now + Duration::from_secs(60))
         .await;
     assert!(
         matches!(complete, Err(Error::LeaseLost { .. })),
         "a zombie's completion must be refused with LeaseLost, got {complete:?}"
     );
-    let release = store.release(&lease(&id, "zombie")).await;
+    let release = key.release("zombie").await;
     assert!(
         matches!(release, Err(Error::LeaseLost { .. })),
         "a zombie's release must be refused with LeaseLost, got {release:?}"
     );
-    let record = store
-        .get(&id)
-        .await
-        .unwrap()
-        .expect("the owner's record survives");
+    let record = key.get().await.expect("the owner's record survives");
     assert_eq!(record.status, Status::InProgress);
     assert_eq!(record.lease_token.as_deref(), Some("owner"));
     assert_eq!(record.data, None);
-    store
-        .complete(
-            &lease(&id, "owner"),
-            Some("\"fresh\""),
-            now + Duration::from_secs(60),
-        )
+    key.complete("owner", Some("\"fresh\""), now + Duration::from_secs(60))
         .await
         .expect("the owner completes");
-    // Completion by a missing record is refused too.
-    let gone = store
-        .release(&lease(&unique("never_claimed"), "owner"))
-        .await;
+    // Release of a missing record is refused too.
+    let gone = Key::new(store, "never_claimed").release("owner").await;
     assert!(matches!(gone, Err(Error::LeaseLost { .. })), "got {gone:?}");
 }
 
@@ -328,150 +349,112 @@ pub async fn fencing(store: &dyn IdempotencyStore) {
 /// a later millisecond), an expiration in `now`'s second still holds.
 pub async fn claim_boundaries(store: &dyn IdempotencyStore) {
     let now = now_ms();
+    let five = Duration::from_secs(5);
     // Lease: held at its last millisecond, free one millisecond later.
-    let id = unique("lease_boundary");
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(5), "t1"))
-        .await
-        .unwrap();
-    let lease_end = now + Duration::from_secs(5);
-    let at_end = store
-        .claim(&claim_at(&id, lease_end, Duration::from_secs(5), "t2"))
-        .await
-        .unwrap();
-    assert!(
-        matches!(at_end, ClaimOutcome::Exists(_)),
-        "a lease is live at its own end millisecond, got {at_end:?}"
-    );
-    let after = store
-        .claim(&claim_at(
-            &id,
-            lease_end + Duration::from_millis(1),
-            Duration::from_secs(5),
-            "t3",
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(after, ClaimOutcome::Claimed { .. }),
-        "a lease is over one millisecond after its end, got {after:?}"
-    );
+    let key = Key::new(store, "lease_boundary");
+    key.claimed(now, five, "t1", "a free key is claimed").await;
+    let lease_end = now + five;
+    key.refused(
+        lease_end,
+        five,
+        "t2",
+        "a lease is live at its own end millisecond",
+    )
+    .await;
+    key.claimed(
+        lease_end + Duration::from_millis(1),
+        five,
+        "t3",
+        "a lease is over one millisecond after its end",
+    )
+    .await;
 
     // Expiry: held through its second, free from the next one.
-    let id = unique("expiry_boundary");
+    let key = Key::new(store, "expiry_boundary");
     let second = crate::record::from_epoch_secs(crate::record::epoch_secs(now));
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(1), "t1"))
+    key.claimed(now, Duration::from_secs(1), "t1", "a free key is claimed")
+        .await;
+    key.complete("t1", Some("1"), second + Duration::from_secs(10))
         .await
         .unwrap();
-    store
-        .complete(
-            &lease(&id, "t1"),
-            Some("1"),
-            second + Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    let last_ms = second + Duration::from_millis(10_999);
-    let held = store
-        .claim(&claim_at(&id, last_ms, Duration::from_secs(5), "t2"))
-        .await
-        .unwrap();
-    assert!(
-        matches!(held, ClaimOutcome::Exists(_)),
-        "a record counts through its expiration second, got {held:?}"
-    );
-    let next = store
-        .claim(&claim_at(
-            &id,
-            second + Duration::from_secs(11),
-            Duration::from_secs(5),
-            "t3",
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(next, ClaimOutcome::Claimed { .. }),
-        "a record is expired from the second after its expiration, got {next:?}"
-    );
+    key.refused(
+        second + Duration::from_millis(10_999),
+        five,
+        "t2",
+        "a record counts through its expiration second",
+    )
+    .await;
+    key.claimed(
+        second + Duration::from_secs(11),
+        five,
+        "t3",
+        "a record is expired from the second after its expiration",
+    )
+    .await;
 }
 
 /// A record whose `expiration` has passed while its lease is live is held: an expiry
 /// shorter than a call must not let a duplicate run the call a second time.
 pub async fn expiry_never_ends_a_live_lease(store: &dyn IdempotencyStore) {
-    let id = unique("short_expiry");
+    let key = Key::new(store, "short_expiry");
     let now = now_ms();
-    let mut claim = claim_at(&id, now, Duration::from_secs(300), "t1");
+    let long = Duration::from_secs(300);
+    let mut claim = claim_at(&key.id, now, long, "t1");
     // As another library (or an old version) would write it: expiry before the lease end.
     claim.expiration = now + Duration::from_secs(60);
     store.claim(&claim).await.unwrap();
-    let later = store
-        .claim(&claim_at(
-            &id,
+    let held = key
+        .refused(
             now + Duration::from_secs(120),
-            Duration::from_secs(300),
+            long,
             "t2",
-        ))
-        .await
-        .unwrap();
-    match later {
-        ClaimOutcome::Exists(r) => assert_eq!(r.lease_token.as_deref(), Some("t1")),
-        other => panic!("an expired record with a live lease must hold, got {other:?}"),
-    }
-    let after_lease = store
-        .claim(&claim_at(
-            &id,
-            now + Duration::from_secs(301),
-            Duration::from_secs(30),
-            "t3",
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(after_lease, ClaimOutcome::Claimed { .. }),
-        "once the lease has ended too, the record is free, got {after_lease:?}"
-    );
+            "an expired record with a live lease must hold",
+        )
+        .await;
+    assert_eq!(held.lease_token.as_deref(), Some("t1"));
+    key.claimed(
+        now + Duration::from_secs(301),
+        LEASE,
+        "t3",
+        "once the lease has ended too, the record is free",
+    )
+    .await;
 }
 
 /// A claim repeated with the same token (its first answer was lost) succeeds on its own
 /// in-progress record, and says so through `previous`; it never reopens the record once
 /// completed, and never takes another worker's live lease.
 pub async fn retried_claim_finds_its_own_record(store: &dyn IdempotencyStore) {
-    let id = unique("own_claim");
+    let key = Key::new(store, "own_claim");
     let now = now_ms();
-    let claim = claim_at(&id, now, Duration::from_secs(30), "mine");
-    store.claim(&claim).await.unwrap();
-    let retried = store.claim(&claim).await.expect("the retried claim");
-    match retried {
-        ClaimOutcome::Claimed { previous } => {
-            if let Some(previous) = previous {
-                assert_eq!(previous.lease_token.as_deref(), Some("mine"));
-            }
-        }
-        other => panic!("a retried claim must find its own record, got {other:?}"),
-    }
-    let other = store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "theirs"))
-        .await
-        .unwrap();
-    assert!(
-        matches!(other, ClaimOutcome::Exists(_)),
-        "another token is refused, got {other:?}"
-    );
-    store
-        .complete(
-            &lease(&id, "mine"),
-            Some("\"done\""),
-            now + Duration::from_secs(60),
+    key.claimed(now, LEASE, "mine", "a free key is claimed")
+        .await;
+    let previous = key
+        .claimed(
+            now,
+            LEASE,
+            "mine",
+            "a retried claim must find its own record",
         )
+        .await;
+    if let Some(previous) = previous {
+        assert_eq!(previous.lease_token.as_deref(), Some("mine"));
+    }
+    key.refused(now, LEASE, "theirs", "another token is refused")
+        .await;
+    key.complete("mine", Some("\"done\""), now + Duration::from_secs(60))
         .await
         .unwrap();
-    let late = store.claim(&claim).await.unwrap();
-    assert!(
-        matches!(&late, ClaimOutcome::Exists(r) if r.status == Status::Completed),
-        "a late retry of the claim must not reopen its completed record, got {late:?}"
-    );
-    let record = store.get(&id).await.unwrap().unwrap();
+    let late = key
+        .refused(
+            now,
+            LEASE,
+            "mine",
+            "a late retry of the claim must not reopen its completed record",
+        )
+        .await;
+    assert_eq!(late.status, Status::Completed, "{late:?}");
+    let record = key.get().await.expect("the completed record");
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.data.as_deref(), Some("\"done\""));
 }
@@ -479,38 +462,30 @@ pub async fn retried_claim_finds_its_own_record(store: &dyn IdempotencyStore) {
 /// A completion repeated after its answer was lost succeeds again; a completion or
 /// release for a key that holds no record fails with `LeaseLost` and creates nothing.
 pub async fn completion_is_repeatable_and_never_upserts(store: &dyn IdempotencyStore) {
-    let id = unique("repeat_complete");
+    let key = Key::new(store, "repeat_complete");
     let now = now_ms();
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
-        .await
-        .unwrap();
+    key.claimed(now, LEASE, "t1", "a free key is claimed").await;
     for _ in 0..2 {
-        store
-            .complete(&lease(&id, "t1"), Some("7"), now + Duration::from_secs(60))
+        key.complete("t1", Some("7"), now + Duration::from_secs(60))
             .await
             .expect("a repeated completion succeeds");
     }
-    let record = store.get(&id).await.unwrap().unwrap();
+    let record = key.get().await.expect("the completed record");
     assert_eq!(
         (record.status, record.data.as_deref()),
         (Status::Completed, Some("7"))
     );
 
-    let missing = unique("never_claimed");
-    let complete = store
-        .complete(
-            &lease(&missing, "t1"),
-            Some("7"),
-            now + Duration::from_secs(60),
-        )
+    let missing = Key::new(store, "never_claimed");
+    let complete = missing
+        .complete("t1", Some("7"), now + Duration::from_secs(60))
         .await;
     assert!(
         matches!(complete, Err(Error::LeaseLost { .. })),
         "completing a missing record is LeaseLost, got {complete:?}"
     );
     assert!(
-        store.get(&missing).await.unwrap().is_none(),
+        missing.get().await.is_none(),
         "completing a missing record must not create it"
     );
 }
@@ -521,7 +496,7 @@ pub async fn concurrent_claims_have_one_winner(store: &dyn IdempotencyStore, cla
         let id = unique(&format!("race{round}"));
         let now = now_ms();
         let claims: Vec<Claim> = (0..claimers)
-            .map(|i| claim_at(&id, now, Duration::from_secs(30), &format!("t{i}")))
+            .map(|i| claim_at(&id, now, LEASE, &format!("t{i}")))
             .collect();
         let outcomes = futures_util::future::join_all(claims.iter().map(|c| store.claim(c))).await;
         let winners = outcomes
@@ -545,7 +520,7 @@ pub async fn store_errors_surface(
     store: &dyn IdempotencyStore,
     inject_failure: impl AsyncFn(StoreOp),
 ) {
-    let id = unique("store_errors");
+    let key = Key::new(store, "store_errors");
     let now = now_ms();
     let check = |what: &str, err: Option<Error>| match err {
         Some(Error::Store {
@@ -560,28 +535,25 @@ pub async fn store_errors_surface(
     check(
         "claim",
         store
-            .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
+            .claim(&claim_at(&key.id, now, LEASE, "t1"))
             .await
             .err(),
     );
-    store
-        .claim(&claim_at(&id, now, Duration::from_secs(30), "t1"))
-        .await
-        .unwrap();
+    key.claimed(now, LEASE, "t1", "the claim after the failure is written")
+        .await;
     inject_failure(StoreOp::Complete).await;
     check(
         "complete",
-        store
-            .complete(&lease(&id, "t1"), Some("1"), now + Duration::from_secs(60))
+        key.complete("t1", Some("1"), now + Duration::from_secs(60))
             .await
             .err(),
     );
     inject_failure(StoreOp::Release).await;
-    check("release", store.release(&lease(&id, "t1")).await.err());
+    check("release", key.release("t1").await.err());
     inject_failure(StoreOp::Get).await;
-    check("get", store.get(&id).await.err());
+    check("get", store.get(&key.id).await.err());
     // The failed requests changed nothing.
-    let record = store.get(&id).await.unwrap().unwrap();
+    let record = key.get().await.expect("the claim survives");
     assert_eq!(
         (record.status, record.lease_token.as_deref()),
         (Status::InProgress, Some("t1"))

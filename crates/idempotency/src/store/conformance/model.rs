@@ -145,6 +145,36 @@ pub struct Setup {
     pub expires_after: Duration,
 }
 
+impl Setup {
+    /// An expiry of an hour, sized for a queue's redeliveries.
+    pub const QUEUE_SIZED_EXPIRY: Setup = Setup {
+        expires_after: Duration::from_secs(3_600),
+    };
+    /// An expiry of 3 s, shorter than a call ([`INVOCATION`]).
+    pub const EXPIRY_SHORTER_THAN_A_CALL: Setup = Setup {
+        expires_after: Duration::from_secs(3),
+    };
+    /// Every setup [`run_all`] runs.
+    pub const ALL: [Setup; 2] = [Setup::QUEUE_SIZED_EXPIRY, Setup::EXPIRY_SHORTER_THAN_A_CALL];
+}
+
+/// Steps in each history [`run_all`] runs.
+pub const STEPS: usize = 40;
+
+/// Runs the histories of [`seeds`]`(histories)` (`MODEL_SEEDS`, `MODEL_SEED` override it)
+/// of [`STEPS`] steps against `store`, under every [`Setup`]. Part of
+/// [`run_whole_contract`](super::run_whole_contract).
+pub async fn run_all<S>(store: S, histories: u64)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    for setup in Setup::ALL {
+        for seed in seeds(histories) {
+            run_seed(store.clone(), seed, setup, STEPS).await;
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
     Running,

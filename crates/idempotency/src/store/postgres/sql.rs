@@ -1,6 +1,6 @@
 //! Every statement the store sends, built once per table by [`Statements::new`], and the
 //! `pg_cron` purge its docs give (`pg_cron_purge.sql`, run as documented by
-//! `tests/store_connection_faults.rs`).
+//! `tests/postgres/purge.rs`).
 //!
 //! Parameters are numbered as the statements' docs say; the store sends them typed, as
 //! unnamed statements (one round trip, nothing prepared).

@@ -129,7 +129,7 @@ mod tests {
     fn given_roots_prefer_becomes_require() {
         let store = PostgresStore::from_url("postgres://u@h/db", "t").unwrap();
         assert_eq!(store.inner.config.get_ssl_mode(), SslMode::Prefer);
-        // Roots given: tests/store_connection_faults.rs, against a server that declines TLS.
+        // Roots given: tests/postgres/connection.rs, against a server that declines TLS.
         let store = PostgresStore::from_url("postgres://u@h/db?sslmode=disable", "t").unwrap();
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::aws_lc_rs::default_provider(),

@@ -1,20 +1,35 @@
-#![cfg(feature = "redis")]
-//! A Redis Cluster with one node frozen (SIGSTOP): messages whose keys live on the two
-//! healthy nodes still go through. Found by the second hostile review: a request cut off
-//! by the engine threw the whole cluster connection away, and its rebuild (a connect to
-//! every node, the frozen one taking its timeout twice) outlasted the engine's attempt
-//! timeout, so every shard failed while one was frozen.
+//! The Redis store on a cluster: the whole contract, and one frozen node.
 
-use lambda_idempotency::store::redis::RedisStore;
-use lambda_idempotency::{Error, Idempotency, KeyStrategy, Operation};
-use serde_json::json;
-use std::time::Duration;
+use super::*;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use test_support::servers::redis_cluster_urls;
 
-mod common;
-use common::{Child, private_redis_with, signal};
+/// A store on the test cluster, under a prefix of `test`'s own.
+async fn cluster(test: &str) -> RedisStore {
+    let urls = redis_cluster_urls();
+    RedisStore::connect_cluster(urls.clone())
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the Redis cluster at {urls:?}: {e}; {HOW}"))
+        .namespace(redis_prefix(test))
+}
 
-async fn node() -> (Child, std::net::SocketAddr) {
-    private_redis_with(|port, dir| {
+/// The whole contract on the cluster. The contract's store failures come from the fault
+/// wrapper: the cluster client retries a dropped connection itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_cluster_keeps_the_whole_contract() {
+    let store = FaultyStore::new(cluster("conformance").await);
+    let faults = store.clone();
+    conformance::run_whole_contract(
+        store,
+        async |op| faults.inject(op, Fault::Unavailable, 1),
+        6,
+    )
+    .await;
+}
+
+/// A private node in cluster mode, not yet in a cluster.
+async fn node() -> PrivateRedis {
+    PrivateRedis::start_with(|port, dir| {
         vec![
             "--port".into(),
             port.to_string(),
@@ -37,11 +52,13 @@ async fn text(store: &RedisStore, cmd: &redis::Cmd) -> String {
     redis::from_redis_value(store.query(cmd).await.unwrap()).unwrap()
 }
 
+/// A cluster with one node frozen (SIGSTOP): messages whose keys live on the two healthy
+/// nodes still go through, though a request cut off by the engine drops the whole cluster
+/// connection and its rebuild reaches for the frozen node too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_frozen_node_does_not_stop_the_healthy_shards() {
-    let (_a, a) = node().await;
-    let (_b, b) = node().await;
-    let (_c, c) = node().await;
+    let nodes = [node().await, node().await, node().await];
+    let [a, b, c] = [0, 1, 2].map(|i| nodes[i].addr());
     let created = std::process::Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args([a, b, c].map(|n| n.to_string()))
@@ -68,15 +85,6 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
         }
         break;
     }
-    let pid_of = |info: String| {
-        info.lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    let frozen_pid = pid_of(text(&admins[2], redis::cmd("INFO").arg("server")).await);
-
     let store = RedisStore::connect_cluster([a, b, c].map(|n| format!("redis://{n}")))
         .await
         .unwrap()
@@ -123,7 +131,7 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
     };
     run("warm".into()).await.expect("the cluster works");
 
-    signal(&frozen_pid, "-STOP");
+    nodes[2].freeze();
     // A message on the frozen node: its attempts are cut off (expected, and the store
     // drops the whole cluster connection each time).
     let frozen = run(on_frozen).await;
@@ -131,7 +139,7 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
     let started = std::time::Instant::now();
     let healthy = run(on_healthy).await;
     let took = started.elapsed();
-    signal(&frozen_pid, "-CONT");
+    nodes[2].thaw();
     assert!(frozen.is_err(), "the frozen node answered: {frozen:?}");
     assert!(
         healthy.is_ok(),

@@ -1,8 +1,6 @@
-//! The model-based test over the in-memory store: seeded histories of deliveries, store
-//! faults, crashes, duplicates and clock steps, on tokio's paused clock, so every history
-//! is deterministic and replays from its seed.
+//! The conformance suite itself: its model catches a store that breaks the contract.
 //!
-//! `MODEL_SEEDS=n` runs n histories per setup (default 300); `MODEL_SEED=s` replays one.
+//! On tokio's paused clock, so every history is deterministic.
 
 use futures_util::FutureExt;
 use lambda_idempotency::store::conformance::model::{self, Setup};
@@ -10,28 +8,6 @@ use lambda_idempotency::store::{BoxFuture, Claim, ClaimOutcome, IdempotencyStore
 use lambda_idempotency::{Error, MemoryStore};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, SystemTime};
-
-async fn run(setup: Setup) {
-    for seed in model::seeds(300) {
-        model::run_seed(MemoryStore::new(), seed, setup, 40).await;
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn histories_with_a_queue_sized_expiry_keep_every_invariant() {
-    run(Setup {
-        expires_after: Duration::from_secs(3_600),
-    })
-    .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn histories_with_an_expiry_shorter_than_a_call_keep_every_invariant() {
-    run(Setup {
-        expires_after: Duration::from_secs(3),
-    })
-    .await;
-}
 
 /// A store whose leases end 1.5 s early: the test of the model itself. Some history must
 /// catch the takeover of a call that may still run.
@@ -73,10 +49,8 @@ async fn the_model_notices_leases_that_end_early() {
         let run = model::run_seed(
             ShortLeases(MemoryStore::new()),
             seed,
-            Setup {
-                expires_after: Duration::from_secs(3_600),
-            },
-            40,
+            Setup::QUEUE_SIZED_EXPIRY,
+            model::STEPS,
         );
         if AssertUnwindSafe(run).catch_unwind().await.is_err() {
             caught += 1;

@@ -1,7 +1,6 @@
-//! The model worker under every kind of redelivery, over every store on its test server
-//! (memory, DynamoDB, Redis, a Redis Cluster, PostgreSQL) and a real local HTTP provider.
-//! Each test asserts the provider's request log: one call, not one result row. Each test
-//! runs once per store, as `<store>::<test>`.
+//! The model worker under every kind of redelivery, over every store and a real local
+//! HTTP provider. Each test asserts the provider's request log: one call, not one result
+//! row.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_idempotency::store::IdempotencyStore;
@@ -17,14 +16,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use test_support::stores::{Backend, TestStore};
 
-const SINGLE: &str = include_str!("../../events/single-request.json");
-const SAME_MESSAGE_AGAIN: &str = include_str!("../../events/same-message-twice.json");
-const PRODUCER_DUPLICATE: &str = include_str!("../../events/producer-duplicate-send.json");
-const HASH_ALIKE: &str = include_str!("../../events/hash-alike-retry.json");
-const POISON: &str = include_str!("../../events/poison-batch-of-ten.json");
-const FIFO: &str = include_str!("../../events/fifo-two-groups.json");
+const SINGLE: &str = include_str!("../../../events/single-request.json");
+const SAME_MESSAGE_AGAIN: &str = include_str!("../../../events/same-message-twice.json");
+const PRODUCER_DUPLICATE: &str = include_str!("../../../events/producer-duplicate-send.json");
+const HASH_ALIKE: &str = include_str!("../../../events/hash-alike-retry.json");
+const POISON: &str = include_str!("../../../events/poison-batch-of-ten.json");
+const FIFO: &str = include_str!("../../../events/fifo-two-groups.json");
 
 struct Setup {
+    /// Held while the test runs: no chaos run meanwhile.
+    _shared: tokio::sync::RwLockReadGuard<'static, ()>,
     /// The store, as a user builds it.
     test_store: TestStore,
     /// The store as the worker sees it: its requests are counted.
@@ -34,6 +35,7 @@ struct Setup {
 }
 
 async fn setup(backend: Backend, test: &str) -> Setup {
+    let shared = super::MACHINE.read().await;
     let test_store = TestStore::open(backend, test).await;
     let store = FaultyStore::new(test_store.store.clone());
     let provider = ProviderStub::start().await.expect("provider stub");
@@ -42,6 +44,7 @@ async fn setup(backend: Backend, test: &str) -> Setup {
         .build();
     let model = ModelClient::new(&provider.base_url(), Some("test-key".into())).unwrap();
     Setup {
+        _shared: shared,
         test_store,
         store,
         provider,
@@ -410,28 +413,7 @@ async fn a_store_connection_dropped_mid_call_still_completes_once(backend: Backe
     assert_eq!(s.provider.completion_calls(), 1);
 }
 
-/// Each test above, once per store.
-macro_rules! per_store {
-    ($($test:ident),* $(,)?) => {
-        per_store!(@store memory, Memory, $($test),*);
-        per_store!(@store dynamodb, DynamoDb, $($test),*);
-        per_store!(@store redis, Redis, $($test),*);
-        per_store!(@store redis_cluster, RedisCluster, $($test),*);
-        per_store!(@store postgres, Postgres, $($test),*);
-    };
-    (@store $module:ident, $backend:ident, $($test:ident),*) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Backend::$backend).await
-                }
-            )*
-        }
-    };
-}
-
-per_store!(
+test_support::every_backend!(
     the_same_message_delivered_twice_calls_the_provider_once,
     a_producers_duplicate_send_calls_the_provider_once,
     both_copies_of_a_send_in_one_batch_wait_for_one_slow_call,

@@ -1,5 +1,5 @@
-//! The DynamoDB store against a real DynamoDB-compatible server: the conformance suite,
-//! request counts per path, and store faults.
+//! The DynamoDB store on the local test server: the whole contract, request counts per
+//! path, the server's faults, the item encoding and items other writers left.
 
 use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::conformance;
@@ -46,38 +46,17 @@ async fn call(
     .await
 }
 
+/// The whole contract; its store failures are the test server's throttling.
+/// `MODEL_SEEDS=n` runs n model histories per setup (default 12), `MODEL_SEED=s` one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn dynamodb_store_passes_the_conformance_suite() {
+async fn the_dynamodb_store_keeps_the_whole_contract() {
     let (table, store) = store("conformance").await;
-    conformance::run_all(&store, async |op| {
-        table.inject(dynamo_op(op), "throttle", 1).await
-    })
+    conformance::run_whole_contract(
+        store,
+        async |op| table.inject(dynamo_op(op), "throttle", 1).await,
+        12,
+    )
     .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dynamodb_store_runs_once_under_every_store_fault() {
-    let (_table, store) = store("faults").await;
-    conformance::engine_under_faults(store).await;
-}
-
-#[tokio::test]
-async fn dynamodb_store_validates_and_replays_through_the_engine() {
-    let (_table, store) = store("engine-basics").await;
-    conformance::payload_mismatch(store.clone()).await;
-    conformance::engine_replays_without_running(store).await;
-}
-
-#[tokio::test]
-async fn dynamodb_store_request_counts_through_the_engine() {
-    let (_table, store) = store("engine-counts").await;
-    conformance::engine_request_counts(store).await;
-}
-
-#[tokio::test]
-async fn dynamodb_store_keeps_leases_through_the_engine() {
-    let (_table, store) = store("leases").await;
-    conformance::engine_keeps_leases(store).await;
 }
 
 #[tokio::test]

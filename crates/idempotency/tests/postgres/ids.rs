@@ -1,18 +1,23 @@
-#![cfg(feature = "postgres")]
-//! An id the engine accepts (at most 2048 bytes) that holds a NUL is stored escaped, `\`
-//! doubled: up to ~4 KB, past PostgreSQL's 2704-byte limit for an index entry, so such an
-//! id is stored hashed. Found by the second hostile review: every claim failed with a
-//! non-retryable error, and the message went to the DLQ unprocessed.
+//! Ids the PostgreSQL store must keep exactly: with a NUL, and long enough that their
+//! escaped form is past the 2704-byte limit of an index entry, so they are stored hashed.
 
-use lambda_idempotency::store::faulty::FaultyStore;
-use lambda_idempotency::store::postgres::PostgresStore;
-use lambda_idempotency::store::{ClaimOutcome, IdempotencyStore};
-use lambda_idempotency::{Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome};
-use serde_json::json;
-use std::time::{Duration, SystemTime};
+use super::*;
 
-mod common;
-use common::{postgres_schema, postgres_url};
+/// An id with a NUL character (the key taken verbatim from a JSON string, "\u0000", by
+/// `KeyStrategy` pointer) is stored escaped, and claimed.
+#[tokio::test]
+async fn an_id_with_a_nul_is_claimed() {
+    let table = TestTable::new("nul").await;
+    let store = table.store();
+    let now = SystemTime::now();
+    let id = "fn.op#order\u{0}42";
+    let outcome = store.claim(&claim(id, now, "t1")).await;
+    assert!(
+        matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
+        "a NUL in the id (valid in a JSON string key): {outcome:?}"
+    );
+    table.drop_table().await;
+}
 
 /// A key: a NUL, then printable ASCII with about a third backslashes (a Windows path, a
 /// regex, escaped JSON kept as text), `len` bytes in all.
@@ -35,43 +40,12 @@ fn key(len: usize) -> String {
     k
 }
 
-/// A table of its own, and an admin connection to drop it.
-async fn table(test: &str) -> (PostgresStore, tokio_postgres::Client, String) {
-    let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
-            postgres_schema()
-        ))
-        .await
-        .ok();
-    let name = format!("idem_{test}_{:012x}", fastrand::u64(..) >> 16);
-    let store =
-        PostgresStore::from_url(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
-    store.create_table().await.unwrap();
-    (store, admin, name)
-}
-
+/// An id the engine accepts (at most 2048 bytes) that holds a NUL and many backslashes:
+/// escaped, up to ~4 KB, so it is stored hashed, and claimable.
 #[tokio::test]
 async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
-    let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
-            postgres_schema()
-        ))
-        .await
-        .ok();
-    let name = format!("idem_long_id_{:012x}", fastrand::u64(..) >> 16);
-    let store =
-        PostgresStore::from_url(&postgres_url(), format!("{}.{name}", postgres_schema())).unwrap();
-    store.create_table().await.unwrap();
+    let table = TestTable::new("long_id").await;
+    let store = table.store();
 
     // The id as the engine builds it, exactly at its limit: accepted.
     let idempotency = Idempotency::builder(store.clone())
@@ -85,13 +59,8 @@ async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
     assert!(id.len() <= 2048, "{}", id.len());
 
     let now = SystemTime::now();
-    let claim =
-        lambda_idempotency::store::conformance::claim_at(&id, now, Duration::from_secs(60), "t1");
-    let outcome = store.claim(&claim).await;
-    admin
-        .batch_execute(&format!("DROP TABLE \"{}\".\"{name}\"", postgres_schema()))
-        .await
-        .ok();
+    let outcome = store.claim(&claim(&id, now, "t1")).await;
+    table.drop_table().await;
     assert!(
         matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
         "a {}-byte id (the engine's limit is 2048) with a NUL and backslashes must be claimable, got {outcome:?}",
@@ -99,13 +68,13 @@ async fn an_id_within_the_engines_limit_with_a_nul_is_claimed() {
     );
 }
 
-/// An id stored hashed reads back as the id the caller used: `get`, a duplicate's claim,
-/// the engine's errors and its local cache all name it. Was: the record's id was the
-/// stored form, `"\u{2}<sha256>"`, a key that exists nowhere, and the local cache, keyed
-/// by it, never answered.
+/// An id stored hashed reads back as the id the caller used, never its stored form
+/// (`"\u{2}<sha256>"`): `get`, a duplicate's claim, the engine's errors and its local
+/// cache all name it.
 #[tokio::test]
 async fn a_hashed_id_reads_back_as_the_id_the_caller_used() {
-    let (store, admin, name) = table("hashed_id").await;
+    let table = TestTable::new("hashed_id").await;
+    let store = table.store();
     let idempotency = Idempotency::builder(store.clone())
         .function_name("fn")
         .build();
@@ -115,14 +84,12 @@ async fn a_hashed_id_reads_back_as_the_id_the_caller_used() {
 
     // In progress elsewhere: the claim's answer, `get` and the engine's error name `id`.
     let now = SystemTime::now();
-    let held =
-        lambda_idempotency::store::conformance::claim_at(&id, now, Duration::from_secs(60), "t1");
+    let held = claim(&id, now, "t1");
     assert!(matches!(
         store.claim(&held).await.unwrap(),
         ClaimOutcome::Claimed { .. }
     ));
-    let other =
-        lambda_idempotency::store::conformance::claim_at(&id, now, Duration::from_secs(60), "t2");
+    let other = claim(&id, now, "t2");
     let existing = match store.claim(&other).await.unwrap() {
         ClaimOutcome::Exists(record) => record,
         outcome => panic!("{outcome:?}"),
@@ -153,10 +120,7 @@ async fn a_hashed_id_reads_back_as_the_id_the_caller_used() {
         .execute(&op, &payload, || async { Ok::<_, Error>(2) })
         .await
         .unwrap();
-    admin
-        .batch_execute(&format!("DROP TABLE \"{}\".\"{name}\"", postgres_schema()))
-        .await
-        .ok();
+    table.drop_table().await;
 
     let shown = |s: &str| format!("{:?}…", &s[..s.len().min(12)]);
     assert!(

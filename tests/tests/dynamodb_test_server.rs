@@ -1,6 +1,7 @@
-//! The DynamoDB test server's own faults, checked with raw requests through the SDK (retries
-//! off): a write whose answer is lost (`applied_internal`) and a slow answer (`hang`) that
-//! holds only its own request.
+//! The DynamoDB test server itself (`tests/servers/dynamodb_server.py`), through raw SDK
+//! requests with retries off: a write whose answer is lost (`applied_internal`) and a slow
+//! answer (`hang`) that holds only its own request. A binary of its own: the subject is
+//! the test machinery, and its timing checks want the server free of other tests' load.
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;

@@ -1,11 +1,11 @@
-//! A bounded chaos run, once per store (memory, DynamoDB, Redis, a Redis Cluster,
-//! PostgreSQL, one after another): SQS and several Lambda workers played against the store
-//! and one logging provider, with duplicate sends, duplicate deliveries, visibility
-//! timeouts running out mid-call, workers killed mid-call (on a schedule drawn from the
-//! seed) and store faults. On DynamoDB the test server injects them (throttling, 500s,
-//! writes applied with their answer lost, requests that hang past the attempt timeout and
-//! land late); on the others the fault wrapper does the same, and on Redis and PostgreSQL
-//! the server also drops the workers' connections (`CLIENT KILL`, `pg_terminate_backend`).
+//! A bounded chaos run, once per store, one run at a time: SQS and several Lambda workers
+//! played against the store and one logging provider, with duplicate sends, duplicate
+//! deliveries, visibility timeouts running out mid-call, workers killed mid-call (on a
+//! schedule drawn from the seed) and store faults. On DynamoDB the test server injects
+//! them (throttling, 500s, writes applied with their answer lost, requests that hang past
+//! the attempt timeout and land late); on the others the fault wrapper does the same, and
+//! on Redis and PostgreSQL the server also drops the workers' connections (`CLIENT KILL`,
+//! `pg_terminate_backend`).
 //!
 //! Checked per request, from the provider's own log: calls for request i are at most one
 //! plus the deliveries of i that died after calling without storing a result; and every
@@ -317,9 +317,6 @@ fn message(id: String, request: &ChatRequest, submitted_at: u32) -> SqsMessage {
     m
 }
 
-/// The runs take the machine's cores: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Injects one burst of store faults, returns how many requests it affects.
 async fn inject_faults(
     test_store: &TestStore,
@@ -364,8 +361,8 @@ async fn inject_faults(
     n
 }
 
-async fn chaos_run_completes_every_request_once(backend: Backend) {
-    let _one = ONE_AT_A_TIME.lock().await;
+async fn a_chaos_run_completes_every_request_once(backend: Backend) {
+    let _alone = super::MACHINE.write().await;
     println!("chaos over {backend}");
     let seed: u64 = std::env::var("CHAOS_SEED")
         .ok()
@@ -558,27 +555,4 @@ async fn chaos_run_completes_every_request_once(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_over_memory() {
-    chaos_run_completes_every_request_once(Backend::Memory).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_over_dynamodb() {
-    chaos_run_completes_every_request_once(Backend::DynamoDb).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_over_redis() {
-    chaos_run_completes_every_request_once(Backend::Redis).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_over_redis_cluster() {
-    chaos_run_completes_every_request_once(Backend::RedisCluster).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_over_postgres() {
-    chaos_run_completes_every_request_once(Backend::Postgres).await
-}
+test_support::every_backend!(a_chaos_run_completes_every_request_once);

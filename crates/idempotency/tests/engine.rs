@@ -1,11 +1,10 @@
-//! The in-memory store against the conformance suite, and the engine's behaviour and
-//! request counts over it.
+//! The engine: claims, duplicates, leases, takeovers, retries, limits and keys, over the
+//! in-memory store behind the fault wrapper.
 
 use lambda_idempotency::clock::TestClock;
 use lambda_idempotency::store::Status;
-use lambda_idempotency::store::conformance;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
-use lambda_idempotency::store::{IdempotencyStore, StoreOp};
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome,
 };
@@ -13,46 +12,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_store_passes_the_conformance_suite() {
-    let store = FaultyStore::new(MemoryStore::new());
-    let faults = store.clone();
-    conformance::run_all(&store, async |op| faults.inject(op, Fault::Unavailable, 1)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_store_runs_once_under_every_store_fault() {
-    conformance::engine_under_faults(MemoryStore::new()).await;
-}
-
-#[tokio::test]
-async fn memory_store_counts_its_records() {
-    let store = MemoryStore::new();
-    assert!(store.is_empty());
-    assert_eq!(store.len(), 0);
-    let idem = Idempotency::new(store.clone());
-    idem.run(&op(), &payload("one"), || async { Ok::<_, Error>(1) })
-        .await
-        .unwrap();
-    assert_eq!((store.len(), store.is_empty()), (1, false));
-}
-
-#[tokio::test]
-async fn memory_store_validates_and_replays_through_the_engine() {
-    conformance::payload_mismatch(MemoryStore::new()).await;
-    conformance::engine_replays_without_running(MemoryStore::new()).await;
-}
-
-#[tokio::test]
-async fn memory_store_request_counts_through_the_engine() {
-    conformance::engine_request_counts(MemoryStore::new()).await;
-}
-
-#[tokio::test]
-async fn memory_store_keeps_leases_through_the_engine() {
-    conformance::engine_keeps_leases(MemoryStore::new()).await;
-}
 
 fn op() -> Operation {
     Operation::new("generate", KeyStrategy::field("request_id")).validate(["prompt"])
@@ -519,24 +478,4 @@ async fn results_at_the_store_record_limit() {
             (stored, other) => panic!("result of {len} bytes (stored: {stored}): {other:?}"),
         }
     }
-}
-
-#[tokio::test]
-async fn the_fault_wrapper_times_answered_requests() {
-    let store = FaultyStore::new(MemoryStore::new());
-    store.inject(StoreOp::Get, Fault::Slow(Duration::from_millis(30)), 1);
-    store.get("k").await.unwrap();
-    store.inject(StoreOp::Get, Fault::Unavailable, 1);
-    assert!(store.get("k").await.is_err());
-    assert_eq!(store.requests(StoreOp::Get), 2);
-    let busy = store.time_in_requests();
-    assert!(
-        busy >= Duration::from_millis(30) && busy < Duration::from_secs(5),
-        "the slow request's time, not the refused one's: {busy:?}"
-    );
-    store.reset_requests();
-    assert_eq!(
-        (store.total_requests(), store.time_in_requests()),
-        (0, Duration::ZERO)
-    );
 }

@@ -1,0 +1,82 @@
+//! Where the test servers are, as `scripts/test` leaves them: `REDIS_TEST_URL` (default
+//! the local 127.0.0.1:6379), `REDIS_CLUSTER_TEST_URLS`, `POSTGRES_TEST_URL` (default the
+//! local 127.0.0.1:5432, database `test`) and the run's own Redis key prefix and
+//! PostgreSQL schema. A missing server fails the test and says what to start ([`HOW`]).
+
+/// What to do when a server is missing.
+pub const HOW: &str = "run scripts/test, which finds or starts every test server, or set \
+    DYNAMODB_TEST_ENDPOINT, REDIS_TEST_URL, REDIS_CLUSTER_TEST_URLS and POSTGRES_TEST_URL";
+
+/// `REDIS_TEST_URL`, or the local server.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_TEST_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// `REDIS_CLUSTER_TEST_URLS`, split; panics, saying what to start, when unset.
+pub fn redis_cluster_urls() -> Vec<String> {
+    std::env::var("REDIS_CLUSTER_TEST_URLS")
+        .unwrap_or_else(|_| panic!("REDIS_CLUSTER_TEST_URLS is not set: {HOW}"))
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A key prefix of `test`'s own: `REDIS_TEST_PREFIX` (one per `scripts/test` run, whose
+/// keys it deletes when it ends), then [`unique`]`(test)`.
+pub fn redis_prefix(test: &str) -> String {
+    let run = std::env::var("REDIS_TEST_PREFIX").unwrap_or_else(|_| "idem-test:".into());
+    format!("{run}{}:", unique(test))
+}
+
+/// `POSTGRES_TEST_URL`, or the local server.
+pub fn postgres_url() -> String {
+    std::env::var("POSTGRES_TEST_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// `POSTGRES_TEST_SCHEMA` (one per `scripts/test` run, dropped when it ends), or `public`.
+pub fn postgres_schema() -> String {
+    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
+}
+
+/// `test` as an identifier (every other character an underscore) and a random part: a
+/// name no other test or run uses.
+pub fn unique(test: &str) -> String {
+    format!(
+        "{}_{:012x}",
+        test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+        random() >> 16
+    )
+}
+
+/// 64 random bits, from the standard library's randomly seeded hasher.
+pub(crate) fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    hasher.finish()
+}
+
+/// The address of [`redis_url`]'s server (its user and password dropped), for a proxy in
+/// front of it.
+pub fn redis_addr() -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let url = redis_url();
+    let hostport = url
+        .trim_start_matches("redis://")
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_owned();
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .unwrap_or_else(|| panic!("REDIS_TEST_URL {url} names no TCP address"))
+}

@@ -92,4 +92,21 @@ mod tests {
         assert!(cache.get("c", now).is_some());
         assert!(cache.get("c", later + Duration::from_secs(1)).is_none());
     }
+
+    #[test]
+    fn stale_ids_in_the_order_never_evict_a_live_entry_within_capacity() {
+        let now = SystemTime::now();
+        let (soon, later) = (now + Duration::from_secs(1), now + Duration::from_secs(60));
+        let past = soon + Duration::from_secs(1);
+        let cache = CompletedCache::new(2);
+        cache.insert("live".into(), entry(later));
+        cache.insert("x".into(), entry(soon));
+        assert!(cache.get("x", past).is_none(), "x expired and left the map");
+        cache.insert("y".into(), entry(soon));
+        assert!(cache.get("y", past).is_none(), "y too");
+        // The order now holds live, x, y and d: twice the capacity, two entries live.
+        cache.insert("d".into(), entry(later));
+        assert!(cache.get("live", now).is_some(), "within capacity: kept");
+        assert!(cache.get("d", now).is_some());
+    }
 }

@@ -75,9 +75,12 @@ impl Default for Config {
 }
 
 fn disabled_by_env() -> bool {
-    std::env::var(DISABLED_ENV)
-        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-        .unwrap_or(false)
+    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
+}
+
+/// Whether the kill switch's value turns idempotency off: `1`, `true` or `yes`, in any case.
+fn disabled_by(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
 }
 
 /// The record expiry that covers a message's whole life in an SQS queue: retention plus
@@ -100,4 +103,26 @@ pub fn expiry_for_queue(
         .checked_mul(max_receive_count)
         .and_then(|receives| retention.checked_add(receives))
         .unwrap_or(Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_expiry_is_sqs_longest_retention_plus_a_day() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(DEFAULT_EXPIRES_AFTER, 14 * day + day);
+    }
+
+    #[test]
+    fn the_kill_switch_reads_true_one_or_yes() {
+        for on in ["1", "true", "TRUE", " yes "] {
+            assert!(disabled_by(Some(on)), "{on:?}");
+        }
+        for off in ["0", "false", "", "disabled"] {
+            assert!(!disabled_by(Some(off)), "{off:?}");
+        }
+        assert!(!disabled_by(None));
+    }
 }

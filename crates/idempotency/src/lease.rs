@@ -176,7 +176,11 @@ mod tests {
             lease_until(now, Some(Duration::from_secs(60)), None),
             at(1_060_000)
         );
-        assert_eq!(lease_until(now, None, None), clock::add(now, DEFAULT_LEASE));
+        assert_eq!(
+            lease_until(now, None, None),
+            at(1_900_000),
+            "Lambda's longest timeout, 15 minutes"
+        );
         assert_eq!(
             lease_until(now, Some(Duration::ZERO), None),
             at(1_001_000),

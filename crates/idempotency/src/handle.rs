@@ -376,7 +376,7 @@ impl Idempotency {
         // is in progress, not unfinished.
         let settled = match invocation {
             Some(invocation) => {
-                let left = lease::left(self.now(), invocation.answer_by)
+                let left = crate::clock::until(self.now(), invocation.answer_by)
                     .saturating_sub(lease::COMPLETION_HEADROOM / 2);
                 match tokio::time::timeout(left, twin.settled()).await {
                     Ok(settled) => settled,
@@ -394,7 +394,7 @@ impl Idempotency {
                 Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
                     key: key(),
                     lease_expires,
-                    retry_after: lease::left(self.now(), lease_expires),
+                    retry_after: lease::retry_after(self.now(), Some(lease_expires), lease_expires),
                 }))
             }
             Settled::Failed {

@@ -132,17 +132,12 @@ pub(crate) fn retry_after(
     expiration: SystemTime,
 ) -> Duration {
     match lease_end {
-        Some(lease_end) => left(now, clock::add(lease_end, Duration::from_millis(1))),
-        None => left(
+        Some(lease_end) => clock::until(now, clock::add(lease_end, Duration::from_millis(1))),
+        None => clock::until(
             now,
             crate::record::from_epoch_secs(epoch_secs(expiration).saturating_add(1)),
         ),
     }
-}
-
-/// How long until a lease that ends at `lease_end` can be taken over, from `now`.
-pub(crate) fn left(now: SystemTime, lease_end: SystemTime) -> Duration {
-    clock::until(now, lease_end)
 }
 
 #[cfg(test)]

@@ -233,7 +233,7 @@ impl SqsBatch {
         let work = invocation::within(invocation, crate::twins::scope(work));
         match invocation {
             Some(invocation) => {
-                let left = lease::left(self.clock.now(), invocation.answer_by);
+                let left = crate::clock::until(self.clock.now(), invocation.answer_by);
                 if tokio::time::timeout(left, work).await.is_err() {
                     warn!(
                         margin = ?self.deadline_margin,

@@ -66,9 +66,16 @@ mod record;
 pub mod store;
 mod twins;
 
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub use batch::KinesisBatch;
 pub use batch::{
-    BatchError, BatchReport, FailureKind, InvalidBody, RecordFailure, RecordReport, SqsBatch,
+    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PermanentError,
+    RecordFailure, RecordReport, SqsBatch,
 };
+#[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
+pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};

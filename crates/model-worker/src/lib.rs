@@ -27,7 +27,7 @@ pub mod secret;
 pub mod worker;
 
 pub use config::{ConfigError, StoreChoice, WorkerConfig};
-pub use provider::{ModelClient, ProviderError};
-pub use request::{ChatMessage, ChatRequest, InvalidRequest};
+pub use provider::{ModelClient, ProviderError, refuses_for_good};
+pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;
-pub use worker::{Delivery, Worker};
+pub use worker::{Answer, Delivery, Refusal, Source, Worker};

@@ -24,7 +24,7 @@ async fn main() -> Result<(), Error> {
     // worker (idempotency handle, HTTP client) is shared between them.
     lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<_>| {
         let worker = worker.clone();
-        async move { worker.handle(event).await }
+        async move { worker.handle_any(event).await }
     }))
     .await
 }

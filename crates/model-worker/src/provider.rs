@@ -58,6 +58,20 @@ impl fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
+impl ProviderError {
+    /// Whether asking again cannot change the answer: a 4xx other than 408 (request
+    /// timeout) and 429 (too many requests) refuses this request itself. Transport errors,
+    /// timeouts, 408, 429, 5xx and a 2xx that is not JSON may heal.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ProviderError::Status { status, .. } if refuses_for_good(*status))
+    }
+}
+
+/// Whether an HTTP status refuses the request itself: a 4xx other than 408 and 429.
+pub fn refuses_for_good(status: u16) -> bool {
+    (400..500).contains(&status) && status != 408 && status != 429
+}
+
 /// A client for `POST {base}/v1/chat/completions`. `Debug` redacts the API key and a
 /// password in the URL.
 #[derive(Clone)]

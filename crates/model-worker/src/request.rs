@@ -47,25 +47,3 @@ impl ChatRequest {
         }
     }
 }
-
-/// A request that parses but can never be sent (an empty model or conversation): it is
-/// reported as a failure every time, so the message reaches the dead-letter queue.
-#[derive(Debug)]
-pub struct InvalidRequest {
-    /// The SQS message id.
-    pub message_id: String,
-    /// What is wrong with it.
-    pub problem: &'static str,
-}
-
-impl std::fmt::Display for InvalidRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "message {} holds a request that cannot be sent: {}",
-            self.message_id, self.problem
-        )
-    }
-}
-
-impl std::error::Error for InvalidRequest {}

@@ -1,14 +1,20 @@
-//! The handler: an SQS batch, each record's completion requested at most once.
+//! The handler: a batch from SQS, Kinesis or DynamoDB Streams, each record's completion
+//! requested at most once.
 
 use crate::config::{StoreChoice, WorkerConfig};
-use crate::provider::ModelClient;
-use crate::request::{ChatRequest, InvalidRequest};
+use crate::provider::{ModelClient, ProviderError, refuses_for_good};
+use crate::request::ChatRequest;
+use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use lambda_idempotency::{
-    BatchReport, DynamoDbStore, Idempotency, InvalidBody, KeyStrategy, MemoryStore, Operation,
-    Outcome, SqsBatch, idempotent,
+    BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
+    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError, SqsBatch,
+    idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::info;
 
@@ -24,12 +30,81 @@ pub struct Delivery {
     pub completion: Value,
 }
 
+/// What the idempotent call stores: the provider's completion, or its refusal of the
+/// request. A refusal (a 4xx other than 408 and 429) is stored like a completion, so a
+/// redelivery is refused again from the store instead of asking the provider again; the
+/// record still fails, permanently ([`PermanentError`]), and reaches the dead-letter queue or
+/// the stream's on-failure destination.
+///
+/// Stored as the completion itself (records written before refusals were stored read as
+/// [`Answer::Completion`]), or as `{"provider_refused": {"status": 400, "body": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// The provider refused the request; asking again would get the same answer.
+    Refused {
+        /// The refusal.
+        provider_refused: Refusal,
+    },
+    /// The provider's JSON response.
+    Completion(Value),
+}
+
+/// A provider's refusal of one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The HTTP status (4xx).
+    pub status: u16,
+    /// The start of the answer's body.
+    pub body: String,
+}
+
+/// Where a batch came from, read off its first record's `eventSource`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `aws:sqs`
+    Sqs,
+    /// `aws:kinesis`
+    Kinesis,
+    /// `aws:dynamodb`
+    DynamoDbStreams,
+}
+
+impl Source {
+    /// The source of `event` (a Lambda event as JSON); `None` for an empty batch, an error
+    /// naming what was found for anything else.
+    pub fn of(event: &Value) -> Result<Option<Source>, Error> {
+        let Some(records) = event.get("Records").and_then(Value::as_array) else {
+            return Err("model-worker takes SQS, Kinesis or DynamoDB Streams events: this event has no `Records` list".into());
+        };
+        let Some(first) = records.first() else {
+            return Ok(None);
+        };
+        let source = first
+            .get("eventSource")
+            .or_else(|| first.get("EventSource"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match source {
+            "aws:sqs" => Ok(Some(Source::Sqs)),
+            "aws:kinesis" => Ok(Some(Source::Kinesis)),
+            "aws:dynamodb" => Ok(Some(Source::DynamoDbStreams)),
+            other => Err(format!(
+                "model-worker takes SQS, Kinesis or DynamoDB Streams events: eventSource {other:?} is none of aws:sqs, aws:kinesis, aws:dynamodb"
+            )
+            .into()),
+        }
+    }
+}
+
 /// The worker: an idempotency handle and a model client. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Worker {
     idempotency: Idempotency,
     model: ModelClient,
-    batch: SqsBatch,
+    sqs: SqsBatch,
+    kinesis: KinesisBatch,
+    dynamodb: DynamoDbStreamBatch,
 }
 
 impl Worker {
@@ -38,7 +113,9 @@ impl Worker {
         Self {
             idempotency,
             model,
-            batch: SqsBatch::new(),
+            sqs: SqsBatch::new(),
+            kinesis: KinesisBatch::new(),
+            dynamodb: DynamoDbStreamBatch::new(),
         }
     }
 
@@ -99,47 +176,133 @@ impl Worker {
         Ok(Self::new(builder.build(), model))
     }
 
-    /// The Lambda handler: a partial batch response for an SQS event.
-    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-        let report = self.process(event).await;
-        let called = report
-            .records
-            .iter()
-            .filter(|r| matches!(&r.result, Ok(d) if d.called_model))
-            .count();
-        info!(
-            records = report.records.len(),
-            model_calls = called,
-            failures = report.failures().count(),
-            "batch done"
-        );
-        Ok(report.into_response()?)
+    /// The Lambda handler for any of the three sources: the event's `eventSource` decides
+    /// which batch runs, so one build can sit behind SQS, Kinesis or DynamoDB Streams. The
+    /// answer is the partial batch response (`batchItemFailures`), the same shape for all
+    /// three. An event from another source fails the invocation with a message naming it.
+    pub async fn handle_any(&self, event: LambdaEvent<Value>) -> Result<Value, Error> {
+        let (payload, context) = event.into_parts();
+        let response = match Source::of(&payload)? {
+            None => serde_json::to_value(SqsBatchResponse::default())?,
+            Some(Source::Sqs) => {
+                let event = serde_json::from_value(payload)?;
+                serde_json::to_value(self.handle(LambdaEvent::new(event, context)).await?)?
+            }
+            Some(Source::Kinesis) => {
+                let event = serde_json::from_value(payload)?;
+                let response = self
+                    .handle_kinesis(LambdaEvent::new(event, context))
+                    .await?;
+                serde_json::to_value(response)?
+            }
+            Some(Source::DynamoDbStreams) => {
+                let event = serde_json::from_value(payload)?;
+                let response = self
+                    .handle_dynamodb(LambdaEvent::new(event, context))
+                    .await?;
+                serde_json::to_value(response)?
+            }
+        };
+        Ok(response)
     }
 
-    /// Processes a batch and says what happened to each record.
+    /// The Lambda handler for an SQS event.
+    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        done(self.process(event).await)
+    }
+
+    /// The Lambda handler for a Kinesis event.
+    pub async fn handle_kinesis(
+        &self,
+        event: LambdaEvent<KinesisEvent>,
+    ) -> Result<KinesisEventResponse, Error> {
+        done(self.process_kinesis(event).await)
+    }
+
+    /// The Lambda handler for a DynamoDB Streams event.
+    pub async fn handle_dynamodb(
+        &self,
+        event: LambdaEvent<DynamoDbEvent>,
+    ) -> Result<DynamoDbEventResponse, Error> {
+        done(self.process_dynamodb(event).await)
+    }
+
+    /// Processes an SQS batch and says what happened to each record.
     pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<Delivery> {
-        self.batch
+        self.sqs
             .report_json(event, |request: ChatRequest, message| async move {
-                if let Some(problem) = request.problem() {
-                    // Permanent, as a body that does not parse: `FailureKind::MalformedBody`.
-                    let invalid = InvalidRequest {
-                        message_id: message.message_id.unwrap_or_default(),
-                        problem,
-                    };
-                    return Err(InvalidBody {
-                        reason: invalid.to_string(),
-                        message_id: invalid.message_id,
-                    }
-                    .into());
-                }
-                let (completion, outcome) = self.complete_with_outcome(request).await?;
-                Ok::<_, Error>(Delivery {
-                    called_model: outcome.ran(),
-                    outcome,
-                    completion,
-                })
+                self.deliver(request, message.message_id.as_deref()).await
             })
             .await
+    }
+
+    /// Processes a Kinesis batch (each record's data: the same JSON body as an SQS
+    /// message's) and says what happened to each record.
+    pub async fn process_kinesis(
+        &self,
+        event: LambdaEvent<KinesisEvent>,
+    ) -> BatchReport<Delivery, KinesisEventResponse> {
+        self.kinesis
+            .report_json(event, |request: ChatRequest, record| async move {
+                let seq = record.kinesis.sequence_number;
+                self.deliver(request, Some(&seq)).await
+            })
+            .await
+    }
+
+    /// Processes a DynamoDB Streams batch from a requests table (an item's attributes are
+    /// the request's fields; an INSERT or a MODIFY is a request, a REMOVE has no new image
+    /// and fails as such) and says what happened to each record.
+    pub async fn process_dynamodb(
+        &self,
+        event: LambdaEvent<DynamoDbEvent>,
+    ) -> BatchReport<Delivery, DynamoDbEventResponse> {
+        self.dynamodb
+            .report_json(event, |request: ChatRequest, change| async move {
+                let seq = change.record.change.sequence_number;
+                self.deliver(request, seq.as_deref()).await
+            })
+            .await
+    }
+
+    /// One record's request: refused for good if it cannot be sent, else its completion,
+    /// asked once.
+    async fn deliver(
+        &self,
+        request: ChatRequest,
+        item_id: Option<&str>,
+    ) -> Result<Delivery, Error> {
+        let item_id = item_id.unwrap_or_default().to_owned();
+        if let Some(problem) = request.problem() {
+            // Permanent, as a body that does not parse: `FailureKind::MalformedBody`.
+            return Err(InvalidBody {
+                item_id,
+                reason: format!("it holds a request that cannot be sent: {problem}"),
+            }
+            .into());
+        }
+        let request_id = request.request_id.clone();
+        match self.complete_with_outcome(request).await? {
+            (Answer::Completion(completion), outcome) => Ok(Delivery {
+                called_model: outcome.ran(),
+                outcome,
+                completion,
+            }),
+            (Answer::Refused { provider_refused }, outcome) => {
+                let when = if outcome.ran() {
+                    "now"
+                } else {
+                    "earlier (stored; not asked again)"
+                };
+                Err(PermanentError::new(format!(
+                    "the model provider refused request {} {when} with HTTP {}: {}",
+                    request_id.as_deref().unwrap_or("(no request_id)"),
+                    provider_refused.status,
+                    provider_refused.body
+                ))
+                .into())
+            }
+        }
     }
 
     /// Asks the model once per request: a duplicate gets the stored completion.
@@ -153,8 +316,32 @@ impl Worker {
         operation = "chat_completion",
         with_outcome
     )]
-    async fn complete(&self, request: ChatRequest) -> Result<Value, Error> {
+    async fn complete(&self, request: ChatRequest) -> Result<Answer, Error> {
         let deadline = lambda_idempotency::current_deadline();
-        Ok(self.model.complete(&request, deadline).await?)
+        match self.model.complete(&request, deadline).await {
+            Ok(completion) => Ok(Answer::Completion(completion)),
+            Err(ProviderError::Status { status, body }) if refuses_for_good(status) => {
+                Ok(Answer::Refused {
+                    provider_refused: Refusal { status, body },
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
+}
+
+/// The partial batch response, after a log line that sums the batch up.
+fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> {
+    let called = report
+        .records
+        .iter()
+        .filter(|r| matches!(&r.result, Ok(d) if d.called_model))
+        .count();
+    info!(
+        records = report.records.len(),
+        model_calls = called,
+        failures = report.failures().count(),
+        "batch done"
+    );
+    Ok(report.into_response()?)
 }

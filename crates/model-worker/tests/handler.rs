@@ -6,6 +6,7 @@ use lambda_idempotency::{Idempotency, MemoryStore};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ModelClient, Worker};
 use provider_stub::ProviderStub;
+use serde_json::Value;
 
 fn event(fixture: &str) -> LambdaEvent<SqsEvent> {
     let payload: SqsEvent = serde_json::from_str(fixture).expect("an SQS event");
@@ -78,4 +79,173 @@ async fn the_workers_operation_gives_the_macros_ids() {
             .unwrap();
         assert!(store.record(&id).is_some(), "no record under {id}");
     }
+}
+
+/// A worker over memory and a fresh provider stand-in.
+async fn worker() -> (Worker, ProviderStub) {
+    let provider = ProviderStub::start().await.unwrap();
+    let model = ModelClient::new(&provider.base_url(), None).unwrap();
+    (
+        Worker::new(Idempotency::new(MemoryStore::new()), model),
+        provider,
+    )
+}
+
+/// An event of any source as the runtime hands it to `handle_any`, keeping the records at
+/// `from` and after (Lambda resends a stream from the lowest reported record).
+fn any_event(fixture: &str, from: usize) -> LambdaEvent<Value> {
+    let mut event: Value = serde_json::from_str(fixture).unwrap();
+    let records = event["Records"].as_array_mut().unwrap();
+    records.drain(..from);
+    LambdaEvent::new(event, Context::default())
+}
+
+fn reported(response: &Value) -> Vec<String> {
+    response["batchItemFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn sequence_numbers(fixture: &str, path: &str) -> Vec<String> {
+    let event: Value = serde_json::from_str(fixture).unwrap();
+    event["Records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.pointer(path).unwrap().as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_kinesis_batch_runs_each_request_once_and_reports_what_no_retry_fixes() {
+    let (worker, provider) = worker().await;
+    let fixture = include_str!("../../../events/kinesis-batch.json");
+    let seq = sequence_numbers(fixture, "/kinesis/sequenceNumber");
+    let response = worker.handle_any(any_event(fixture, 0)).await.unwrap();
+    // The record that is not UTF-8 and the request the provider refuses (HTTP 400) fail for
+    // good; the shard goes on past them; the producer's re-put of req-kinesis-1 is replayed.
+    assert_eq!(reported(&response), [seq[3].clone(), seq[4].clone()]);
+    assert_eq!(provider.completion_calls(), 4, "k1, k2, the refused k3, k4");
+
+    // Lambda resends from the lowest reported record: nothing is asked again.
+    let again = worker.handle_any(any_event(fixture, 3)).await.unwrap();
+    assert_eq!(reported(&again), [seq[3].clone(), seq[4].clone()]);
+    assert_eq!(
+        provider.completion_calls(),
+        4,
+        "the refusal is stored, the rest replayed"
+    );
+}
+
+#[tokio::test]
+async fn a_dynamodb_stream_batch_runs_each_request_once() {
+    let (worker, provider) = worker().await;
+    let fixture = include_str!("../../../events/dynamodb-stream-batch.json");
+    let seq = sequence_numbers(fixture, "/dynamodb/SequenceNumber");
+    let report = worker
+        .process_dynamodb(LambdaEvent::new(
+            serde_json::from_str(fixture).unwrap(),
+            Context::default(),
+        ))
+        .await;
+    let reason = |i: usize| {
+        report.records[i]
+            .result
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .clone()
+    };
+    assert!(reason(3).contains("messages"), "{}", reason(3));
+    assert!(
+        reason(4).contains("no new image (eventName REMOVE"),
+        "{}",
+        reason(4)
+    );
+    let replayed = report.records[2].result.as_ref().unwrap();
+    assert!(
+        !replayed.called_model,
+        "the MODIFY that changed nothing is replayed"
+    );
+    assert_eq!(provider.completion_calls(), 3);
+
+    let response = worker.handle_any(any_event(fixture, 0)).await.unwrap();
+    assert_eq!(reported(&response), [seq[3].clone(), seq[4].clone()]);
+    assert_eq!(
+        provider.completion_calls(),
+        3,
+        "a redelivery asks nothing again"
+    );
+}
+
+#[tokio::test]
+async fn an_event_from_another_source_fails_the_invocation_naming_it() {
+    let (worker, _provider) = worker().await;
+    let event = serde_json::json!({"Records": [{"eventSource": "aws:s3"}]});
+    let err = worker
+        .handle_any(LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("\"aws:s3\""), "{err}");
+    let empty = serde_json::json!({"Records": []});
+    let ok = worker
+        .handle_any(LambdaEvent::new(empty, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(ok, serde_json::json!({"batchItemFailures": []}));
+}
+
+/// A one-message SQS event whose request asks the stand-in for `marker`.
+fn asking(marker: &str) -> String {
+    let body = serde_json::json!({"request_id": format!("r-{marker}"), "model": "m",
+        "messages": [{"role": "user", "content": format!("hi {marker}")}]});
+    serde_json::json!({"Records": [{"messageId": "m1", "body": body.to_string()}]}).to_string()
+}
+
+#[tokio::test]
+async fn a_provider_refusal_costs_one_call_however_often_the_message_comes_back() {
+    for (status, permanent) in [
+        (400, true),
+        (404, true),
+        (422, true),
+        (408, false),
+        (429, false),
+    ] {
+        let (worker, provider) = worker().await;
+        let fixture = asking(&format!("[[status={status}]]"));
+        for delivery in 1..=3 {
+            let report = worker.process(event(&fixture)).await;
+            let failure = report.records[0].result.as_ref().unwrap_err();
+            assert_eq!(
+                failure.kind.is_permanent(),
+                permanent,
+                "{status}: {failure}"
+            );
+            assert!(
+                failure.reason.contains(&status.to_string()),
+                "{}",
+                failure.reason
+            );
+            let calls = if permanent { 1 } else { delivery };
+            assert_eq!(
+                provider.completion_calls(),
+                calls,
+                "HTTP {status}, delivery {delivery}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_completion_stored_before_refusals_were_stored_still_reads() {
+    let completion = serde_json::json!({"id": "chatcmpl-1", "choices": []});
+    let answer: model_worker::Answer = serde_json::from_value(completion.clone()).unwrap();
+    assert_eq!(answer, model_worker::Answer::Completion(completion));
+    let refused = serde_json::json!({"provider_refused": {"status": 400, "body": "no"}});
+    let answer: model_worker::Answer = serde_json::from_value(refused.clone()).unwrap();
+    assert!(matches!(answer, model_worker::Answer::Refused { .. }));
+    assert_eq!(serde_json::to_value(answer).unwrap(), refused);
 }

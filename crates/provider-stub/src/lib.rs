@@ -4,7 +4,8 @@
 //! receives**: the proof of idempotency is the provider's request log, not result rows.
 //! Delays and failures can be set to play a slow or failing provider: for all requests
 //! ([`ProviderStub::set_delay`]), or for one, by putting `[[delay_ms=N]]` in the content of
-//! its last message.
+//! its last message. `[[status=N]]` there answers that request with HTTP status N every
+//! time (a provider that refuses it: `[[status=400]]`).
 //!
 //! It serves HTTP/1.1 through `test_support::http` (hyper), one request per connection.
 
@@ -142,7 +143,7 @@ async fn answer(state: Arc<State>, request: Request) -> Response {
     }
     state.served.notify_waiters();
 
-    let delay = requested_delay(&body).unwrap_or_else(|| state.delay_ms.load(Ordering::SeqCst));
+    let delay = marker(&body, "delay_ms").unwrap_or_else(|| state.delay_ms.load(Ordering::SeqCst));
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
@@ -156,6 +157,14 @@ async fn answer(state: Arc<State>, request: Request) -> Response {
         .fail_next
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok();
+    if let Some(status) = marker(&body, "status").and_then(|s| StatusCode::from_u16(s as u16).ok())
+        && !status.is_success()
+    {
+        return respond(
+            status,
+            &json!({"error": {"message": format!("refused with HTTP {status} (asked for by the request)"), "type": "invalid_request_error"}}),
+        );
+    }
     if failing {
         return respond(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -187,10 +196,11 @@ async fn append(file: &Path, line: &str) -> std::io::Result<()> {
     f.flush().await
 }
 
-/// The `[[delay_ms=N]]` marker in the last message, if any.
-fn requested_delay(request: &Value) -> Option<u64> {
+/// The `[[name=N]]` marker in the last message, if any.
+fn marker(request: &Value, name: &str) -> Option<u64> {
     let content = request["messages"].as_array()?.last()?["content"].as_str()?;
-    let start = content.find("[[delay_ms=")? + "[[delay_ms=".len();
+    let open = format!("[[{name}=");
+    let start = content.find(&open)? + open.len();
     let end = content[start..].find("]]")? + start;
     content[start..end].parse().ok()
 }

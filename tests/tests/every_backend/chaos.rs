@@ -253,7 +253,7 @@ impl Harness {
             match tokio::time::timeout(limit, run).await {
                 Ok(report) => {
                     for record in report.records {
-                        let id = record.message_id.unwrap();
+                        let id = record.item_id.unwrap();
                         match record.result {
                             Ok(()) => self.queue.delete(&id, receipts[&id]),
                             Err(failure) => {

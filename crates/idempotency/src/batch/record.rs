@@ -1,8 +1,8 @@
-//! One record: its body parsed, its handler run with panics caught, its failure named.
+//! One record: its handler run with panics caught, its failure named; and a group of
+//! records run in order, stopping where a retry could fix the failure.
 
-use super::report::{FailureKind, InvalidBody, RecordFailure, RecordReport};
+use super::report::{FailureKind, InvalidBody, PermanentError, RecordFailure, RecordReport};
 use crate::error::{BoxError, Error, report};
-use aws_lambda_events::event::sqs::SqsMessage;
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use std::future::Future;
@@ -10,24 +10,52 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 use tracing::{Instrument, info, info_span, warn};
 
-pub(super) async fn run_group<T, E, F, Fut>(
-    group: Vec<(usize, SqsMessage)>,
+/// What the shared machinery needs of one source's record.
+pub(super) trait BatchRecord {
+    /// The batch item failure's identifier (message id, sequence number), if it has one.
+    fn item_id(&self) -> Option<String>;
+}
+
+/// How a group of records (a FIFO message group, a stream shard) keeps its order.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GroupRule {
+    /// What a group is, for the reason given to the records not run.
+    pub(super) noun: &'static str,
+    /// Stop at a permanent failure too, not only at one a retry can fix.
+    pub(super) stop_at_permanent: bool,
+}
+
+impl GroupRule {
+    /// Whether the group's later records wait for a redelivery after this failure: a
+    /// failure a retry can fix must come again before them, in order; a permanent one
+    /// never succeeds, so holding them back would only lose them with it.
+    fn stops_at(self, kind: FailureKind) -> bool {
+        !kind.is_permanent() || self.stop_at_permanent
+    }
+}
+
+pub(super) async fn run_group<R, T, E, F, Fut>(
+    group: Vec<(usize, R)>,
     handler: &F,
+    rule: GroupRule,
     slots: &Mutex<Vec<Option<RecordReport<T>>>>,
 ) where
-    F: Fn(SqsMessage) -> Fut,
+    R: BatchRecord,
+    F: Fn(R) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    let mut failed_before: Option<String> = None;
-    for (index, message) in group {
-        let message_id = message.message_id.clone();
-        let id_text = message_id.clone().unwrap_or_default();
-        let result = match &failed_before {
+    let mut stopped_at: Option<String> = None;
+    for (index, record) in group {
+        let item_id = record.item_id();
+        let id_text = item_id.clone().unwrap_or_default();
+        let result = match &stopped_at {
             Some(earlier) => {
-                let reason =
-                    format!("not run: earlier message {earlier} of its FIFO message group failed");
-                warn!(message_id = %id_text, "{reason}");
+                let noun = rule.noun;
+                let reason = format!(
+                    "not run: earlier record {earlier} of its {noun} failed and comes again first"
+                );
+                warn!(item_id = %id_text, "{reason}");
                 Err(RecordFailure {
                     kind: FailureKind::SkippedAfterGroupFailure,
                     reason,
@@ -35,25 +63,28 @@ pub(super) async fn run_group<T, E, F, Fut>(
                 })
             }
             None => {
-                let span = info_span!("sqs_record", message_id = %id_text);
-                run_record(message, handler).instrument(span).await
+                let span = info_span!("batch_record", item_id = %id_text);
+                run_record(record, handler).instrument(span).await
             }
         };
-        if result.is_err() && failed_before.is_none() {
-            failed_before = Some(id_text);
+        if let Err(failure) = &result
+            && stopped_at.is_none()
+            && rule.stops_at(failure.kind)
+        {
+            stopped_at = Some(id_text);
         }
-        let report = RecordReport { message_id, result };
+        let report = RecordReport { item_id, result };
         slots.lock().unwrap_or_else(|p| p.into_inner())[index] = Some(report);
     }
 }
 
-async fn run_record<T, E, F, Fut>(message: SqsMessage, handler: &F) -> Result<T, RecordFailure>
+async fn run_record<R, T, E, F, Fut>(record: R, handler: &F) -> Result<T, RecordFailure>
 where
-    F: Fn(SqsMessage) -> Fut,
+    F: Fn(R) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    match AssertUnwindSafe(async move { handler(message).await })
+    match AssertUnwindSafe(async move { handler(record).await })
         .catch_unwind()
         .await
     {
@@ -63,9 +94,9 @@ where
             let kind = failure_kind(error.as_ref());
             let reason = report(error.as_ref());
             match kind {
-                FailureKind::InProgress => info!(%reason, "handed back to SQS for redelivery"),
+                FailureKind::InProgress => info!(%reason, "handed back for redelivery"),
                 _ if kind.is_permanent() => {
-                    warn!(%reason, ?kind, "record failed for good: no redelivery can fix it, it will reach the dead-letter queue")
+                    warn!(%reason, ?kind, "record failed for good: no redelivery can fix it, it will reach the dead-letter queue or on-failure destination")
                 }
                 _ => warn!(%reason, ?kind, "record failed"),
             }
@@ -92,10 +123,13 @@ where
 }
 
 /// The kind of the first error in the chain that this crate knows: a handler's error type
-/// may wrap an [`Error`] or an [`InvalidBody`].
+/// may wrap an [`Error`], an [`InvalidBody`] or a [`PermanentError`].
 fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
     let mut layer = Some(error);
     while let Some(e) = layer {
+        if e.is::<PermanentError>() {
+            return FailureKind::Permanent;
+        }
         if let Some(e) = e.downcast_ref::<Error>() {
             return match e {
                 Error::AlreadyInProgress { .. } => FailureKind::InProgress,
@@ -111,14 +145,11 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
     FailureKind::Error
 }
 
-pub(super) fn unfinished<T>(message_id: Option<String>) -> RecordReport<T> {
+pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {
     let reason = "not finished before the invocation's deadline; its claim stays until its lease ends, then a redelivery takes it over".to_owned();
-    warn!(
-        message_id = message_id.as_deref().unwrap_or_default(),
-        "{reason}"
-    );
+    warn!(item_id = item_id.as_deref().unwrap_or_default(), "{reason}");
     RecordReport {
-        message_id,
+        item_id,
         result: Err(RecordFailure {
             kind: FailureKind::Unfinished,
             reason,
@@ -127,15 +158,14 @@ pub(super) fn unfinished<T>(message_id: Option<String>) -> RecordReport<T> {
     }
 }
 
-/// Parses a message body as JSON, with a clear error naming the message.
-pub(super) fn json_body<B: DeserializeOwned>(message: &SqsMessage) -> Result<B, InvalidBody> {
-    let id = message.message_id.as_deref().unwrap_or("<no messageId>");
-    let body = message.body.as_deref().ok_or_else(|| InvalidBody {
-        message_id: id.to_owned(),
-        reason: "the message has no body".into(),
-    })?;
-    serde_json::from_str(body).map_err(|e| InvalidBody {
-        message_id: id.to_owned(),
+/// Parses `bytes` as JSON into `B`; an error names the record. Bytes that are not UTF-8
+/// do not parse either.
+pub(super) fn json_from_slice<B: DeserializeOwned>(
+    item_id: Option<&str>,
+    bytes: &[u8],
+) -> Result<B, InvalidBody> {
+    serde_json::from_slice(bytes).map_err(|e| InvalidBody {
+        item_id: item_id.unwrap_or("<no item id>").to_owned(),
         reason: e.to_string(),
     })
 }

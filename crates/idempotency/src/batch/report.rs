@@ -3,22 +3,32 @@
 use crate::error::BoxError;
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// Why one record was reported as a batch item failure.
 ///
-/// Every kind is a `batchItemFailures` entry, so SQS delivers the message again until the
-/// queue's `maxReceiveCount`, then to the dead-letter queue. [`is_permanent`](Self::is_permanent)
-/// says which kinds no redelivery can fix:
+/// Every kind is a `batchItemFailures` entry: SQS delivers the message again until the
+/// queue's `maxReceiveCount`, then to the dead-letter queue; a stream resends from the
+/// lowest reported record until `MaximumRetryAttempts`, then gives the batch to its
+/// on-failure destination. [`is_permanent`](Self::is_permanent) says which kinds no
+/// redelivery can fix, and it alone decides whether an ordered batch (a FIFO message group,
+/// a stream shard) stops at the failure:
 ///
-/// | kind | a later delivery |
-/// |---|---|
-/// | `InProgress` | succeeds, once the other worker finishes or its lease ends |
-/// | `Error` | may succeed (a provider or store error that heals) |
-/// | `Panicked` | may succeed (depends on the panic) |
-/// | `SkippedAfterGroupFailure` | runs once the group's earlier record succeeds |
-/// | `Unfinished` | takes the record over after its lease |
-/// | `MalformedBody` | never: the body will not parse next time either (permanent) |
-/// | `Rejected` | never: the idempotency layer refused this message for good (permanent) |
+/// | kind | a later delivery | an ordered batch |
+/// |---|---|---|
+/// | `InProgress` | succeeds, once the other worker finishes or its lease ends | stops |
+/// | `Error` | may succeed (a provider or store error that heals) | stops |
+/// | `Panicked` | may succeed (depends on the panic) | stops |
+/// | `SkippedAfterGroupFailure` | runs once the group's earlier record succeeds | (already stopped) |
+/// | `Unfinished` | takes the record over after its lease | (the batch answered) |
+/// | `MalformedBody` | never: the body will not parse next time either (permanent) | goes on |
+/// | `Rejected` | never: the idempotency layer refused this record for good (permanent) | goes on |
+/// | `Permanent` | never: the handler said so with [`PermanentError`] (permanent) | goes on |
+///
+/// A permanent failure does not stop its group or shard: order is not at stake for a
+/// record that can never succeed, and stopping would hold back every valid record behind
+/// it until the retries run out and they are given up with it. `stop_at_permanent_failures`
+/// on each batch type opts into stopping anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailureKind {
@@ -36,18 +46,27 @@ pub enum FailureKind {
     Error,
     /// The handler panicked.
     Panicked,
-    /// FIFO: an earlier record of the same message group failed, so this one was not run.
+    /// An earlier record of the same FIFO message group or stream shard failed with a
+    /// failure a retry can fix, so this one was not run: it comes again after it, in order.
     SkippedAfterGroupFailure,
     /// The record had not finished shortly before the invocation's deadline. Its claim
     /// stays until its lease ends, as after a crash; a later delivery takes it over.
     Unfinished,
+    /// The handler returned a [`PermanentError`]: it says no retry can fix this record (a
+    /// provider's 400 for this request, say). It will reach the dead-letter queue or the
+    /// stream's on-failure destination.
+    Permanent,
 }
 
 impl FailureKind {
-    /// Whether no later delivery can succeed: [`MalformedBody`](Self::MalformedBody) and
-    /// [`Rejected`](Self::Rejected).
+    /// Whether no later delivery can succeed: [`MalformedBody`](Self::MalformedBody),
+    /// [`Rejected`](Self::Rejected) and [`Permanent`](Self::Permanent). The one place that
+    /// decides it for every batch source.
     pub fn is_permanent(self) -> bool {
-        matches!(self, FailureKind::MalformedBody | FailureKind::Rejected)
+        matches!(
+            self,
+            FailureKind::MalformedBody | FailureKind::Rejected | FailureKind::Permanent
+        )
     }
 }
 
@@ -76,59 +95,104 @@ impl fmt::Display for RecordFailure {
 /// What happened to one record.
 #[derive(Debug)]
 pub struct RecordReport<T> {
-    /// The SQS message id, the batch item failure's identifier.
-    pub message_id: Option<String>,
+    /// The batch item failure's identifier: the SQS message id, or the stream record's
+    /// sequence number.
+    pub item_id: Option<String>,
     /// The handler's value, or why the record failed.
     pub result: Result<T, RecordFailure>,
 }
 
-/// What happened to every record of a batch, in the event's order.
+/// What happened to every record of a batch, in the event's order. `R` is the partial batch
+/// response it becomes: [`SqsBatchResponse`],
+/// [`KinesisEventResponse`](aws_lambda_events::event::streams::KinesisEventResponse) or
+/// [`DynamoDbEventResponse`](aws_lambda_events::event::streams::DynamoDbEventResponse).
 #[derive(Debug)]
-pub struct BatchReport<T> {
+pub struct BatchReport<T, R = SqsBatchResponse> {
     /// One report per record.
     pub records: Vec<RecordReport<T>>,
-    /// The batch's [`fail_invocation_when_all_fail`](super::SqsBatch::fail_invocation_when_all_fail).
+    /// The batch's `fail_invocation_when_all_fail`.
     pub(super) fail_invocation_when_all_fail: bool,
+    pub(super) response: PhantomData<fn() -> R>,
 }
 
-impl<T> BatchReport<T> {
+/// A partial batch response: `{"batchItemFailures": [{"itemIdentifier": ...}]}`, the same
+/// shape for every source. Implemented for the three types `aws_lambda_events` defines;
+/// sealed.
+pub trait BatchResponse: Default + sealed::Sealed {
+    /// Reports one failed item.
+    fn add_failure(&mut self, item_id: String);
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for SqsBatchResponse {}
+impl BatchResponse for SqsBatchResponse {
+    fn add_failure(&mut self, item_id: String) {
+        SqsBatchResponse::add_failure(self, item_id)
+    }
+}
+
+#[cfg(feature = "kinesis")]
+impl sealed::Sealed for aws_lambda_events::event::streams::KinesisEventResponse {}
+#[cfg(feature = "kinesis")]
+impl BatchResponse for aws_lambda_events::event::streams::KinesisEventResponse {
+    fn add_failure(&mut self, item_id: String) {
+        let mut failure = aws_lambda_events::event::streams::KinesisBatchItemFailure::default();
+        failure.item_identifier = Some(item_id);
+        self.batch_item_failures.push(failure);
+    }
+}
+
+#[cfg(feature = "dynamodb-streams")]
+impl sealed::Sealed for aws_lambda_events::event::streams::DynamoDbEventResponse {}
+#[cfg(feature = "dynamodb-streams")]
+impl BatchResponse for aws_lambda_events::event::streams::DynamoDbEventResponse {
+    fn add_failure(&mut self, item_id: String) {
+        let mut failure = aws_lambda_events::event::streams::DynamoDbBatchItemFailure::default();
+        failure.item_identifier = Some(item_id);
+        self.batch_item_failures.push(failure);
+    }
+}
+
+impl<T, R: BatchResponse> BatchReport<T, R> {
     /// The records that failed.
     pub fn failures(&self) -> impl Iterator<Item = &RecordReport<T>> {
         self.records.iter().filter(|r| r.result.is_err())
     }
 
     /// The partial batch response for Lambda, as the batch was configured: with
-    /// [`fail_invocation_when_all_fail`](super::SqsBatch::fail_invocation_when_all_fail),
-    /// an error when every record failed. Fails too when a failed record has no message id
-    /// (it could not be reported, so the whole batch must be retried).
-    pub fn into_response(self) -> Result<SqsBatchResponse, BatchError> {
+    /// `fail_invocation_when_all_fail`, an error when every record failed. Fails too when a
+    /// failed record has no item id (it could not be reported, and Lambda reads an empty
+    /// `itemIdentifier` as the whole batch failing, so the invocation fails instead). No
+    /// failure is an empty `batchItemFailures`: the whole batch succeeded.
+    pub fn into_response(self) -> Result<R, BatchError> {
         let fail = self.fail_invocation_when_all_fail;
         self.response(fail)
     }
 
     /// Like [`into_response`](Self::into_response), failing the invocation when every
     /// record failed whatever the batch's setting, so Lambda backs off before it retries.
-    pub fn into_response_failing_when_all_fail(self) -> Result<SqsBatchResponse, BatchError> {
+    pub fn into_response_failing_when_all_fail(self) -> Result<R, BatchError> {
         self.response(true)
     }
 
-    pub(super) fn response(
-        self,
-        fail_invocation_when_all_fail: bool,
-    ) -> Result<SqsBatchResponse, BatchError> {
-        let mut response = SqsBatchResponse::default();
+    fn response(self, fail_invocation_when_all_fail: bool) -> Result<R, BatchError> {
+        let mut response = R::default();
         let total = self.records.len();
+        let mut failed = 0;
         let mut first_reason = None;
         for (index, record) in self.records.into_iter().enumerate() {
             if let Err(failure) = record.result {
-                match record.message_id {
-                    Some(id) => response.add_failure(id),
-                    None => return Err(BatchError::MissingMessageId { index }),
+                match record.item_id {
+                    Some(id) if !id.is_empty() => response.add_failure(id),
+                    _ => return Err(BatchError::MissingItemId { index }),
                 }
+                failed += 1;
                 first_reason.get_or_insert(failure.reason);
             }
         }
-        let failed = response.batch_item_failures.len();
         if fail_invocation_when_all_fail && total > 0 && failed == total {
             return Err(BatchError::AllFailed {
                 count: total,
@@ -150,8 +214,8 @@ pub enum BatchError {
         /// The first failure's reason.
         first_reason: String,
     },
-    /// A failed record has no message id to report it by.
-    MissingMessageId {
+    /// A failed record has no item id (message id, sequence number) to report it by.
+    MissingItemId {
         /// Its position in the batch.
         index: usize,
     },
@@ -167,9 +231,9 @@ impl fmt::Display for BatchError {
                 f,
                 "all {count} records of the batch failed (first: {first_reason}); failing the invocation so Lambda backs off"
             ),
-            BatchError::MissingMessageId { index } => write!(
+            BatchError::MissingItemId { index } => write!(
                 f,
-                "record {index} failed and has no messageId to report it by; failing the whole batch so it is retried"
+                "record {index} failed and has no item id (messageId, sequence number) to report it by; failing the whole batch so it is retried"
             ),
         }
     }
@@ -177,13 +241,14 @@ impl fmt::Display for BatchError {
 
 impl std::error::Error for BatchError {}
 
-/// An SQS message body that is missing or does not parse as the handler's input. It will
-/// not parse on redelivery either: the message is left to reach the dead-letter queue.
+/// A record's body that is missing or does not parse as the handler's input (an SQS body, a
+/// Kinesis record's data, a DynamoDB stream record's new image). It will not parse on
+/// redelivery either: [`FailureKind::MalformedBody`], permanent.
 #[derive(Debug)]
 pub struct InvalidBody {
-    /// The SQS message id.
-    pub message_id: String,
-    /// The parser's error.
+    /// The record's item id: the SQS message id or the stream record's sequence number.
+    pub item_id: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -191,10 +256,53 @@ impl fmt::Display for InvalidBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "message {} has an invalid body: {}",
-            self.message_id, self.reason
+            "record {} has an invalid body: {}",
+            self.item_id, self.reason
         )
     }
 }
 
 impl std::error::Error for InvalidBody {}
+
+/// A handler's error that no retry can fix: a provider's `400` for this very request, a
+/// business rule that refuses it. Return it (or wrap it anywhere in your error's `source()`
+/// chain) and the record is [`FailureKind::Permanent`]: reported, left for the dead-letter
+/// queue or the stream's on-failure destination, and it does not hold back the records
+/// after it in a FIFO group or a stream shard.
+///
+/// The idempotency claim is released as after any error, so a redelivery runs the function
+/// again. To answer a redelivery without running again, return the refusal as the
+/// function's *result* (it is stored) and turn it into a `PermanentError` outside the
+/// idempotent call, as the example worker does with a provider's 4xx.
+///
+/// ```
+/// use lambda_idempotency::PermanentError;
+/// let err = PermanentError::new("the provider refused this request: HTTP 400");
+/// assert_eq!(err.to_string(), "the provider refused this request: HTTP 400");
+/// ```
+#[derive(Debug)]
+pub struct PermanentError(BoxError);
+
+impl PermanentError {
+    /// Marks `error` as one no retry can fix.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+
+    /// The error it marks.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl fmt::Display for PermanentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for PermanentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}

@@ -1,78 +1,22 @@
-//! SQS batch processing from fixture events, as Lambda delivers them.
+//! SQS batches from fixture events, as Lambda delivers them.
+
+use super::{Handler, Job};
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
-use lambda_idempotency::store::{IdempotencyStore, StoreOp};
 use lambda_idempotency::{
     BatchError, BatchReport, ExecuteError, FailureKind, Idempotency, KeyStrategy, MemoryStore,
     Operation, Outcome, SqsBatch,
 };
 use lambda_runtime::{Context, LambdaEvent};
-use serde::Deserialize;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 fn event(fixture: &str) -> LambdaEvent<SqsEvent> {
     let payload: SqsEvent = serde_json::from_str(fixture).expect("fixture is an SQS event");
     LambdaEvent::new(payload, Context::default())
-}
-
-#[derive(Deserialize)]
-struct Job {
-    id: String,
-    action: String,
-}
-
-/// A per-message handler: idempotent on `id`, acting as `action` says.
-#[derive(Clone)]
-struct Handler {
-    idempotency: Idempotency,
-    calls: Arc<AtomicU32>,
-}
-
-impl Handler {
-    fn new() -> Self {
-        Self::over(MemoryStore::new())
-    }
-
-    fn over(store: impl IdempotencyStore + 'static) -> Self {
-        Self {
-            idempotency: Idempotency::new(store),
-            calls: Arc::default(),
-        }
-    }
-
-    async fn handle(&self, job: Job) -> Result<Outcome, lambda_runtime::Error> {
-        let op = Operation::new("job", KeyStrategy::field("id"));
-        let payload = json!({"id": job.id});
-        let calls = &self.calls;
-        let result = self
-            .idempotency
-            .execute(&op, &payload, || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                match job.action.as_str() {
-                    "fail" => Err(format!("job {} failed", job.id)),
-                    "slow-fail" => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        Err(format!("job {} failed", job.id))
-                    }
-                    "panic" => panic!("job {} panicked", job.id),
-                    "slow" => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        Ok(())
-                    }
-                    _ => Ok(()),
-                }
-            })
-            .await;
-        match result {
-            Ok((_, outcome)) => Ok(outcome),
-            Err(ExecuteError::Idempotency(e)) => Err(e.into()),
-            Err(ExecuteError::Function(e)) => Err(e.into()),
-        }
-    }
 }
 
 impl Handler {
@@ -102,7 +46,7 @@ fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Value
 async fn mixed_success_and_failure_report_only_the_failures() {
     let handler = Handler::new();
     let response = handler
-        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
+        .report(&SqsBatch::new(), include_str!("../fixtures/sqs-mixed.json"))
         .await
         .into_response()
         .unwrap();
@@ -124,7 +68,7 @@ async fn mixed_success_and_failure_report_only_the_failures() {
 async fn malformed_body_is_reported_with_a_clear_reason() {
     let handler = Handler::new();
     let report = handler
-        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
+        .report(&SqsBatch::new(), include_str!("../fixtures/sqs-mixed.json"))
         .await;
     let failure = report.records[2].result.as_ref().unwrap_err();
     assert_eq!(failure.kind, FailureKind::MalformedBody);
@@ -162,7 +106,7 @@ async fn a_twin_in_the_same_batch_waits_for_its_sibling_and_answers_with_its_res
     let handler = Handler::over(store.clone());
     let report = twins(
         &handler,
-        include_str!("fixtures/sqs-duplicate-in-batch.json"),
+        include_str!("../fixtures/sqs-duplicate-in-batch.json"),
     )
     .await;
     assert_eq!(
@@ -186,7 +130,8 @@ async fn a_twin_in_the_same_batch_waits_for_its_sibling_and_answers_with_its_res
 #[tokio::test]
 async fn a_twin_fails_with_its_sibling_and_both_come_again() {
     let handler = Handler::new();
-    let fixture = include_str!("fixtures/sqs-duplicate-in-batch.json").replace("slow", "slow-fail");
+    let fixture =
+        include_str!("../fixtures/sqs-duplicate-in-batch.json").replace("slow", "slow-fail");
     let report = twins(&handler, &fixture).await;
     assert_eq!(
         kinds(&report),
@@ -210,7 +155,7 @@ async fn twins_whose_key_is_in_progress_in_another_worker_are_both_handed_back()
     // worker's records run and join; the second's find the key in progress, both.
     let store = MemoryStore::new();
     let (first, second) = (Handler::over(store.clone()), Handler::over(store));
-    let fixture = include_str!("fixtures/sqs-duplicate-in-batch.json");
+    let fixture = include_str!("../fixtures/sqs-duplicate-in-batch.json");
     let (a, b) = tokio::join!(twins(&first, fixture), async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         twins(&second, fixture).await
@@ -334,7 +279,7 @@ impl std::error::Error for Wrapped {
 async fn a_panic_fails_only_its_record() {
     let handler = Handler::new();
     let report = handler
-        .report(&SqsBatch::new(), include_str!("fixtures/sqs-panic.json"))
+        .report(&SqsBatch::new(), include_str!("../fixtures/sqs-panic.json"))
         .await;
     assert!(report.records[0].result.is_ok() && report.records[2].result.is_ok());
     let failure = report.records[1].result.as_ref().unwrap_err();
@@ -354,7 +299,7 @@ async fn when_every_record_fails_the_default_reports_each() {
         async move {
             batch
                 .run_json(
-                    event(include_str!("fixtures/sqs-all-fail.json")),
+                    event(include_str!("../fixtures/sqs-all-fail.json")),
                     |job: Job, _| handler.handle(job),
                 )
                 .await
@@ -378,7 +323,7 @@ async fn when_every_record_fails_the_default_reports_each() {
     // The same setting holds when the response is built from a report.
     let failing = SqsBatch::new().fail_invocation_when_all_fail(true);
     let err = handler
-        .report(&failing, include_str!("fixtures/sqs-all-fail.json"))
+        .report(&failing, include_str!("../fixtures/sqs-all-fail.json"))
         .await
         .into_response()
         .unwrap_err();
@@ -394,7 +339,7 @@ async fn fifo_failure_fails_the_rest_of_its_group_only() {
     let report = handler
         .report(
             &SqsBatch::new(),
-            include_str!("fixtures/sqs-fifo-two-groups.json"),
+            include_str!("../fixtures/sqs-fifo-two-groups.json"),
         )
         .await;
     let kinds: Vec<_> = report
@@ -402,7 +347,7 @@ async fn fifo_failure_fails_the_rest_of_its_group_only() {
         .iter()
         .map(|r| {
             (
-                r.message_id.clone().unwrap(),
+                r.item_id.clone().unwrap(),
                 r.result.as_ref().err().map(|f| f.kind),
             )
         })
@@ -422,6 +367,62 @@ async fn fifo_failure_fails_the_rest_of_its_group_only() {
         failures(&report.into_response().unwrap()),
         json!({"batchItemFailures": [{"itemIdentifier": "a-2"}, {"itemIdentifier": "a-3"}]})
     );
+}
+
+/// A FIFO batch of one group: a-1, then `poison` as a-2, then a-3.
+fn fifo_group_with(poison: &str) -> LambdaEvent<SqsEvent> {
+    let record = |id: &str, body: &str| {
+        json!({"messageId": id, "body": body, "eventSourceARN": "arn:aws:sqs:us-east-1:1:q.fifo",
+               "attributes": {"MessageGroupId": "g"}})
+    };
+    let payload = serde_json::from_value(json!({"Records": [
+        record("a-1", r#"{"id": "a1", "action": "ok"}"#),
+        record("a-2", poison),
+        record("a-3", r#"{"id": "a3", "action": "ok"}"#),
+    ]}))
+    .unwrap();
+    LambdaEvent::new(payload, Context::default())
+}
+
+#[tokio::test]
+async fn a_permanent_failure_does_not_hold_back_the_rest_of_its_fifo_group() {
+    for (poison, kind) in [
+        ("not json", FailureKind::MalformedBody),
+        (
+            r#"{"id": "a2", "action": "refuse"}"#,
+            FailureKind::Permanent,
+        ),
+    ] {
+        let handler = Handler::new();
+        let report = SqsBatch::new()
+            .report_json(fifo_group_with(poison), |job: Job, _| handler.handle(job))
+            .await;
+        assert_eq!(
+            kinds(&report),
+            [Ok(Outcome::Executed), Err(kind), Ok(Outcome::Executed)],
+            "{poison}"
+        );
+        assert_eq!(
+            failures(&report.into_response().unwrap()),
+            json!({"batchItemFailures": [{"itemIdentifier": "a-2"}]})
+        );
+
+        // Asked to, the group stops there too.
+        let handler = Handler::new();
+        let report = SqsBatch::new()
+            .stop_at_permanent_failures(true)
+            .report_json(fifo_group_with(poison), |job: Job, _| handler.handle(job))
+            .await;
+        assert_eq!(
+            kinds(&report),
+            [
+                Ok(Outcome::Executed),
+                Err(kind),
+                Err(FailureKind::SkippedAfterGroupFailure)
+            ],
+            "{poison}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -461,7 +462,7 @@ async fn a_failure_without_a_message_id_fails_the_whole_batch() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, BatchError::MissingMessageId { index: 0 }),
+        matches!(err, BatchError::MissingItemId { index: 0 }),
         "{err}"
     );
 }
@@ -476,7 +477,8 @@ async fn every_records_lease_ends_with_the_invocation() {
     let mut context = Context::default();
     context.deadline =
         lambda_idempotency::store::epoch_millis(std::time::SystemTime::now()) + 30_000;
-    let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-mixed.json")).unwrap();
+    let payload: SqsEvent =
+        serde_json::from_str(include_str!("../fixtures/sqs-mixed.json")).unwrap();
     // Leases seen while each function ran, checked outside the batch: an assertion inside
     // a handler would only turn into a caught panic.
     let leases = std::sync::Mutex::new(Vec::new());
@@ -554,7 +556,7 @@ async fn a_stuck_record_is_reported_unfinished_before_the_deadline_and_the_rest_
         .iter()
         .map(|r| {
             (
-                r.message_id.clone().unwrap(),
+                r.item_id.clone().unwrap(),
                 r.result.as_ref().map_err(|f| f.kind).cloned(),
             )
         })
@@ -622,7 +624,7 @@ async fn a_stuck_fifo_record_never_turns_its_finished_group_mates_into_failures(
 async fn the_report_names_its_failures_and_their_reasons() {
     let handler = Handler::new();
     let report = handler
-        .report(&SqsBatch::new(), include_str!("fixtures/sqs-mixed.json"))
+        .report(&SqsBatch::new(), include_str!("../fixtures/sqs-mixed.json"))
         .await;
     let failed: Vec<String> = report
         .failures()
@@ -632,7 +634,7 @@ async fn the_report_names_its_failures_and_their_reasons() {
     assert!(
         failed
             .iter()
-            .any(|f| f.starts_with("MalformedBody: message ")),
+            .any(|f| f.starts_with("MalformedBody: record ")),
         "{failed:?}"
     );
     let all_failed = lambda_idempotency::BatchError::AllFailed {
@@ -760,7 +762,7 @@ async fn a_twin_of_a_deployment_fault_is_not_a_permanent_failure() {
     store.inject(StoreOp::Claim, Fault::Rejected, 1);
     let report = twins(
         &handler,
-        include_str!("fixtures/sqs-duplicate-in-batch.json"),
+        include_str!("../fixtures/sqs-duplicate-in-batch.json"),
     )
     .await;
     assert_eq!(

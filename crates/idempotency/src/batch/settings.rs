@@ -1,0 +1,115 @@
+//! What every batch type shares: its settings and their setters, written once.
+
+use crate::clock::{Clock, SystemClock};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Records (or FIFO groups) processed at once by default: an SQS batch's default size.
+pub(crate) const DEFAULT_MAX_CONCURRENCY: usize = 10;
+
+/// How long before the invocation's deadline the batch stops waiting for unfinished
+/// records and answers Lambda: a response Lambda never gets fails every record of the
+/// batch, finished ones included.
+pub(crate) const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub(super) max_concurrency: usize,
+    pub(super) fail_invocation_when_all_fail: bool,
+    pub(super) deadline_margin: Duration,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) stop_at_permanent_failures: bool,
+    /// Streams: run the shard in order, stopping where a retry could fix a failure.
+    #[cfg_attr(
+        not(any(feature = "kinesis", feature = "dynamodb-streams")),
+        allow(dead_code)
+    )]
+    pub(super) in_order: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            fail_invocation_when_all_fail: false,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            clock: Arc::new(SystemClock),
+            stop_at_permanent_failures: false,
+            in_order: true,
+        }
+    }
+}
+
+/// The setters every batch type has, on a type with a `settings: Settings` field.
+macro_rules! batch_setters {
+    ($ty:ident, $group:literal) => {
+        impl $ty {
+            /// Answers this long before the invocation's deadline, reporting records that
+            /// have not finished as [`FailureKind::Unfinished`](crate::FailureKind::Unfinished).
+            /// Default: 500 ms. Store retries inside the batch stop before it answers,
+            /// whatever the margin, so a result that was computed but could not be stored
+            /// is reported as such rather than as unfinished.
+            pub fn deadline_margin(mut self, margin: std::time::Duration) -> Self {
+                self.settings.deadline_margin = margin;
+                self
+            }
+
+            /// Where the batch reads the time to find how long it may wait
+            /// ([`TestClock`](crate::clock::TestClock) in tests; give the handle the same one).
+            pub fn clock(mut self, clock: impl crate::clock::Clock + 'static) -> Self {
+                self.settings.clock = std::sync::Arc::new(clock);
+                self
+            }
+
+            #[doc = concat!("At most `n` ", $group, " at once. 1 processes one at a time.")]
+            pub fn max_concurrency(mut self, n: usize) -> Self {
+                self.settings.max_concurrency = n.max(1);
+                self
+            }
+
+            /// Fails the invocation when every record failed, instead of reporting each. Holds
+            /// however the response is built: `run`, `run_json`, or
+            /// [`BatchReport::into_response`](crate::BatchReport::into_response) on a report.
+            pub fn fail_invocation_when_all_fail(mut self, yes: bool) -> Self {
+                self.settings.fail_invocation_when_all_fail = yes;
+                self
+            }
+
+            /// Stops an ordered group at a permanent failure too
+            /// ([`FailureKind::is_permanent`](crate::FailureKind::is_permanent)), not only at
+            /// one a retry can fix: for work where even a record that can never succeed must
+            /// block the records after it until a person acts. **With bounded retries this
+            /// gives up the records after it**: a FIFO group's later messages reach the
+            /// dead-letter queue with the poison one; a stream gives the rest of the batch to
+            /// its on-failure destination when `MaximumRetryAttempts` runs out, unrun.
+            /// Default: off.
+            pub fn stop_at_permanent_failures(mut self, yes: bool) -> Self {
+                self.settings.stop_at_permanent_failures = yes;
+                self
+            }
+        }
+    };
+}
+
+pub(super) use batch_setters;
+
+/// The setters of stream batches (Kinesis, DynamoDB Streams).
+#[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
+macro_rules! stream_setters {
+    ($ty:ident) => {
+        impl $ty {
+            /// Runs every record, up to [`max_concurrency`](Self::max_concurrency) at once,
+            /// and reports each failure, for work that does not care about the shard's
+            /// order. Lambda resends from the lowest failure, so the records after it come
+            /// again and are answered from the store (a read each, no second call). Default:
+            /// off (the shard's order is kept).
+            pub fn continue_past_failures(mut self, yes: bool) -> Self {
+                self.settings.in_order = !yes;
+                self
+            }
+        }
+    };
+}
+
+#[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
+pub(super) use stream_setters;

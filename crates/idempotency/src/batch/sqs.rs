@@ -1,0 +1,188 @@
+//! SQS: records one by one, or in FIFO message groups.
+
+use super::record::{BatchRecord, GroupRule};
+use super::settings::{Settings, batch_setters};
+use super::{BatchError, BatchReport, InvalidBody, fifo, record};
+use crate::error::BoxError;
+use crate::invocation;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::LambdaEvent;
+use serde::de::DeserializeOwned;
+use std::future::Future;
+use std::time::SystemTime;
+
+/// Processes the records of an SQS event concurrently and reports failures one by one.
+///
+/// - Records run concurrently, at most [`max_concurrency`](Self::max_concurrency) at once.
+/// - A handler error, an in-progress duplicate ([`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress)), a body that
+///   does not parse and a panic each become a `batchItemFailures` entry for that record only.
+/// - FIFO queues (event source ARN ending in `.fifo`) keep order within a message group:
+///   after a failure a retry can fix, the group's later records are reported as failures
+///   without running ([`SkippedAfterGroupFailure`](crate::FailureKind::SkippedAfterGroupFailure)),
+///   so they come again after it. A permanent failure
+///   ([`FailureKind::is_permanent`](crate::FailureKind::is_permanent)) does not stop the
+///   group: its later messages run now rather than reach the dead-letter queue with it
+///   ([`stop_at_permanent_failures`](Self::stop_at_permanent_failures) to stop anyway).
+///   Other groups go on in parallel.
+/// - Every record's lease ends with the invocation's deadline. A panic, like a crash,
+///   leaves its record in progress until then; the next delivery after it takes over.
+/// - Records share the invocation's task: the concurrency is for I/O (store and provider
+///   round trips), not for CPU-bound work.
+/// - When every record fails, the default still returns them as `batchItemFailures`: a
+///   redelivered one-record batch that finds its record in progress is no function error.
+///   [`fail_invocation_when_all_fail`](Self::fail_invocation_when_all_fail) opts into failing
+///   the invocation instead, so Lambda backs off.
+///
+/// **Enable `ReportBatchItemFailures` on the event source mapping**, or failed messages are
+/// deleted with the batch.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use aws_lambda_events::event::sqs::SqsEvent;
+/// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, SqsBatch};
+/// use lambda_runtime::{Context, LambdaEvent};
+/// use serde_json::{Value, json};
+///
+/// let idempotency = Idempotency::new(MemoryStore::new());
+/// let op = Operation::new("greet", KeyStrategy::field("id"));
+/// let event: SqsEvent = serde_json::from_value(json!({"Records": [
+///     {"messageId": "m1", "body": "{\"id\": \"a\"}"},
+///     {"messageId": "m2", "body": "not json"},
+/// ]})).unwrap();
+///
+/// let response = SqsBatch::new()
+///     .run_json(LambdaEvent::new(event, Context::default()), |body: Value, _msg| {
+///         let (idempotency, op) = (&idempotency, &op);
+///         async move {
+///             idempotency.run(op, &body, || async { Ok::<_, lambda_runtime::Error>(()) }).await
+///         }
+///     })
+///     .await
+///     .unwrap();
+/// assert_eq!(serde_json::to_value(&response).unwrap(),
+///            json!({"batchItemFailures": [{"itemIdentifier": "m2"}]}));
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SqsBatch {
+    settings: Settings,
+}
+
+batch_setters!(SqsBatch, "records (FIFO: message groups)");
+
+impl BatchRecord for SqsMessage {
+    fn item_id(&self) -> Option<String> {
+        self.message_id.clone()
+    }
+}
+
+impl SqsBatch {
+    /// A processor running up to 10 records at once (an SQS batch's default size).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `handler` on every record and builds the partial batch response.
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+        handler: F,
+    ) -> Result<SqsBatchResponse, BatchError>
+    where
+        F: Fn(SqsMessage) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
+        self.report(event, handler).await.into_response()
+    }
+
+    /// Like [`run`](Self::run), with each body parsed as JSON into `B` first: a body that
+    /// does not parse is a [`FailureKind::MalformedBody`] failure and the handler does not run.
+    pub async fn run_json<B, T, E, F, Fut>(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+        handler: F,
+    ) -> Result<SqsBatchResponse, BatchError>
+    where
+        B: DeserializeOwned,
+        F: Fn(B, SqsMessage) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
+        self.report_json(event, handler).await.into_response()
+    }
+
+    /// Like [`run_json`](Self::run_json), returning what happened to each record.
+    pub async fn report_json<B, T, E, F, Fut>(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+        handler: F,
+    ) -> BatchReport<T>
+    where
+        B: DeserializeOwned,
+        F: Fn(B, SqsMessage) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
+        let handler = &handler;
+        self.report(event, move |message: SqsMessage| async move {
+            let body: B = json_body(&message)?;
+            handler(body, message).await.map_err(Into::into)
+        })
+        .await
+    }
+
+    /// Runs `handler` on every record and returns what happened to each.
+    pub async fn report<T, E, F, Fut>(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+        handler: F,
+    ) -> BatchReport<T>
+    where
+        F: Fn(SqsMessage) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
+        let deadline = invocation::context_deadline_at(&event.context, self.settings.clock.now());
+        self.report_records(event.payload.records, deadline, handler)
+            .await
+    }
+
+    /// Runs `handler` on `records` within an invocation that ends at `deadline`.
+    pub async fn report_records<T, E, F, Fut>(
+        &self,
+        records: Vec<SqsMessage>,
+        deadline: Option<SystemTime>,
+        handler: F,
+    ) -> BatchReport<T>
+    where
+        F: Fn(SqsMessage) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
+        let rule = GroupRule {
+            noun: "FIFO message group",
+            stop_at_permanent: self.settings.stop_at_permanent_failures,
+        };
+        super::run_groups(
+            &self.settings,
+            fifo::group_records(records),
+            rule,
+            deadline,
+            handler,
+        )
+        .await
+    }
+}
+
+/// Parses a message body as JSON, with a clear error naming the message.
+fn json_body<B: DeserializeOwned>(message: &SqsMessage) -> Result<B, InvalidBody> {
+    match message.body.as_deref() {
+        Some(body) => record::json_from_slice(message.message_id.as_deref(), body.as_bytes()),
+        None => Err(InvalidBody {
+            item_id: message.message_id.clone().unwrap_or_default(),
+            reason: "the message has no body".into(),
+        }),
+    }
+}

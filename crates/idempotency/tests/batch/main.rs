@@ -1,0 +1,72 @@
+//! Batches from fixture events, as Lambda delivers them: SQS (standard and FIFO), Kinesis
+//! and DynamoDB Streams, through the machinery they share.
+
+mod sqs;
+mod streams;
+
+use lambda_idempotency::store::IdempotencyStore;
+use lambda_idempotency::{
+    ExecuteError, Idempotency, KeyStrategy, MemoryStore, Operation, Outcome, PermanentError,
+};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+#[derive(Deserialize)]
+pub(crate) struct Job {
+    pub(crate) id: String,
+    pub(crate) action: String,
+}
+
+/// A per-message handler: idempotent on `id`, acting as `action` says.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    pub(crate) idempotency: Idempotency,
+    pub(crate) calls: Arc<AtomicU32>,
+}
+
+impl Handler {
+    pub(crate) fn new() -> Self {
+        Self::over(MemoryStore::new())
+    }
+
+    pub(crate) fn over(store: impl IdempotencyStore + 'static) -> Self {
+        Self {
+            idempotency: Idempotency::new(store),
+            calls: Arc::default(),
+        }
+    }
+
+    pub(crate) async fn handle(&self, job: Job) -> Result<Outcome, lambda_runtime::Error> {
+        let op = Operation::new("job", KeyStrategy::field("id"));
+        let payload = json!({"id": job.id});
+        let calls = &self.calls;
+        let result = self
+            .idempotency
+            .execute(&op, &payload, || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                match job.action.as_str() {
+                    "fail" => Err(format!("job {} failed", job.id).into()),
+                    "refuse" => Err(PermanentError::new(format!("job {} refused", job.id)).into()),
+                    "slow-fail" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(format!("job {} failed", job.id).into())
+                    }
+                    "panic" => panic!("job {} panicked", job.id),
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok(())
+                    }
+                    _ => Ok::<(), lambda_runtime::Error>(()),
+                }
+            })
+            .await;
+        match result {
+            Ok((_, outcome)) => Ok(outcome),
+            Err(ExecuteError::Idempotency(e)) => Err(e.into()),
+            Err(ExecuteError::Function(e)) => Err(e),
+        }
+    }
+}

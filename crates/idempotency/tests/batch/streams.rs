@@ -1,0 +1,505 @@
+//! Kinesis and DynamoDB Streams batches: the shard's order, where it stops and where it goes
+//! on, the response Lambda reads, the images as plain JSON.
+
+use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use lambda_idempotency::{
+    BatchError, BatchReport, DynamoDbStreamBatch, ExecuteError, FailureKind, Idempotency,
+    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError,
+};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A Kinesis event of (sequence number, data) records.
+fn kinesis(records: &[(&str, &[u8])]) -> LambdaEvent<KinesisEvent> {
+    kinesis_until(records, None)
+}
+
+fn kinesis_until(
+    records: &[(&str, &[u8])],
+    deadline: Option<SystemTime>,
+) -> LambdaEvent<KinesisEvent> {
+    let mut event = KinesisEvent::default();
+    event.records = records
+        .iter()
+        .map(|(seq, data)| {
+            let mut record = KinesisEventRecord::default();
+            record.event_source = Some("aws:kinesis".into());
+            record.kinesis.sequence_number = (*seq).to_owned();
+            record.kinesis.data.0 = data.to_vec();
+            record
+        })
+        .collect();
+    let mut context = Context::default();
+    if let Some(deadline) = deadline {
+        context.deadline = deadline.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    }
+    LambdaEvent::new(event, context)
+}
+
+fn job(id: &str) -> Vec<u8> {
+    json!({"id": id, "n": 1}).to_string().into_bytes()
+}
+
+/// The handler the stream tests share: idempotent on `id` (validating `n`), counting calls;
+/// `"fail": true` fails while `broken` is set, `"refuse": true` is a [`PermanentError`],
+/// `"hang": true` never answers.
+struct Worker {
+    idempotency: Idempotency,
+    op: Operation,
+    calls: AtomicU32,
+    broken: AtomicBool,
+}
+
+impl Worker {
+    fn new() -> Self {
+        Self {
+            idempotency: Idempotency::new(MemoryStore::new()),
+            op: Operation::new("job", KeyStrategy::field("id")).validate(["n"]),
+            calls: AtomicU32::new(0),
+            broken: AtomicBool::new(true),
+        }
+    }
+
+    async fn handle(&self, body: Value) -> Result<Outcome, lambda_runtime::Error> {
+        let work = || async {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if body["hang"] == true {
+                std::future::pending::<()>().await;
+            }
+            if body["fail"] == true && self.broken.load(Ordering::SeqCst) {
+                return Err("the provider is down".into());
+            }
+            if body["refuse"] == true {
+                return Err(PermanentError::new("the provider refused this request").into());
+            }
+            Ok::<_, lambda_runtime::Error>(())
+        };
+        let (_, outcome) = self
+            .idempotency
+            .execute(&self.op, &body, work)
+            .await
+            .map_err(|e| match e {
+                ExecuteError::Idempotency(e) => e.into(),
+                ExecuteError::Function(e) => e,
+            })?;
+        Ok(outcome)
+    }
+
+    async fn kinesis(&self, batch: &KinesisBatch, event: LambdaEvent<KinesisEvent>) -> Report {
+        batch
+            .report_json(event, |body: Value, _| self.handle(body))
+            .await
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+type Report = BatchReport<Outcome, aws_lambda_events::event::streams::KinesisEventResponse>;
+
+fn kinds<R>(report: &BatchReport<Outcome, R>) -> Vec<Result<Outcome, FailureKind>> {
+    report
+        .records
+        .iter()
+        .map(|r| r.result.as_ref().map_err(|f| f.kind).copied())
+        .collect()
+}
+
+fn reported(response: impl serde::Serialize) -> Vec<String> {
+    serde_json::to_value(response).unwrap()["batchItemFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_shard_stops_at_a_failure_a_retry_can_fix_and_the_rest_comes_again_in_order() {
+    let worker = Worker::new();
+    let fail = json!({"id": "j2", "n": 1, "fail": true}).to_string();
+    let report = worker
+        .kinesis(
+            &KinesisBatch::new(),
+            kinesis(&[
+                ("1", &job("j1")),
+                ("2", fail.as_bytes()),
+                ("3", &job("j3")),
+                ("4", &job("j4")),
+            ]),
+        )
+        .await;
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Err(Error),
+            Err(SkippedAfterGroupFailure),
+            Err(SkippedAfterGroupFailure)
+        ]
+    );
+    assert_eq!(worker.calls(), 2, "nothing after the failure ran");
+    assert!(
+        report.records[2]
+            .result
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .contains("earlier record 2 of its shard"),
+        "{:?}",
+        report.records[2].result
+    );
+    assert_eq!(reported(report.into_response().unwrap()), ["2", "3", "4"]);
+
+    // Lambda resends from the lowest reported record; the provider is back.
+    worker.broken.store(false, Ordering::SeqCst);
+    let again = worker
+        .kinesis(
+            &KinesisBatch::new(),
+            kinesis(&[("2", fail.as_bytes()), ("3", &job("j3")), ("4", &job("j4"))]),
+        )
+        .await;
+    assert_eq!(kinds(&again), [Ok(Outcome::Executed); 3]);
+    assert_eq!(
+        worker.calls(),
+        5,
+        "each request ran once, j2 twice (its first call failed)"
+    );
+}
+
+#[tokio::test]
+async fn a_poison_record_of_each_kind_is_reported_and_the_records_after_it_run_now() {
+    let not_json: &[u8] = b"{not json";
+    let not_utf8: &[u8] = b"\xff\xfe\x00";
+    let no_key = json!({"n": 1}).to_string();
+    let mismatch = json!({"id": "seen", "n": 2}).to_string();
+    let refused = json!({"id": "refused", "n": 1, "refuse": true}).to_string();
+    let poisons: [(&str, &[u8], FailureKind, &str); 5] = [
+        (
+            "not JSON",
+            not_json,
+            FailureKind::MalformedBody,
+            "invalid body",
+        ),
+        (
+            "not UTF-8",
+            not_utf8,
+            FailureKind::MalformedBody,
+            "invalid body",
+        ),
+        ("no key", no_key.as_bytes(), FailureKind::Rejected, "id"),
+        (
+            "another payload under a stored key",
+            mismatch.as_bytes(),
+            FailureKind::Rejected,
+            "payload",
+        ),
+        (
+            "refused by the provider",
+            refused.as_bytes(),
+            FailureKind::Permanent,
+            "refused",
+        ),
+    ];
+    for (what, poison, kind, reason) in poisons {
+        let worker = Worker::new();
+        worker.handle(json!({"id": "seen", "n": 1})).await.unwrap();
+        let before = worker.calls();
+        let records = [
+            ("1", &job("a")[..]),
+            ("2", poison),
+            ("3", &job("b")),
+            ("4", &job("c")),
+        ];
+        let report = worker
+            .kinesis(&KinesisBatch::new(), kinesis(&records))
+            .await;
+        let failure = report.records[1].result.as_ref().unwrap_err();
+        assert_eq!(failure.kind, kind, "{what}: {failure}");
+        assert!(
+            failure.reason.contains(reason),
+            "{what}: {}",
+            failure.reason
+        );
+        let ran = |i: usize| report.records[i].result.as_ref().ok().copied();
+        assert_eq!(
+            [ran(0), ran(2), ran(3)],
+            [Some(Outcome::Executed); 3],
+            "{what}"
+        );
+        let poison_calls = u32::from(kind == FailureKind::Permanent);
+        assert_eq!(worker.calls() - before, 3 + poison_calls, "{what}");
+        assert_eq!(reported(report.into_response().unwrap()), ["2"], "{what}");
+
+        // Lambda resends from the poison record: the ones after it are replayed, not run.
+        let again = worker
+            .kinesis(&KinesisBatch::new(), kinesis(&records[1..]))
+            .await;
+        assert_eq!(
+            again.records[0].result.as_ref().unwrap_err().kind,
+            kind,
+            "{what}"
+        );
+        let replays: Vec<_> = again.records[1..]
+            .iter()
+            .map(|r| r.result.as_ref().ok().copied())
+            .collect();
+        assert_eq!(replays, [Some(Outcome::Replayed); 2], "{what}");
+        assert_eq!(
+            worker.calls() - before,
+            3 + 2 * poison_calls,
+            "{what}: no second call"
+        );
+    }
+}
+
+#[tokio::test]
+async fn stop_at_permanent_failures_holds_back_the_records_after_a_poison() {
+    let worker = Worker::new();
+    let batch = KinesisBatch::new().stop_at_permanent_failures(true);
+    let report = worker
+        .kinesis(
+            &batch,
+            kinesis(&[("1", &job("a")), ("2", b"nope"), ("3", &job("b"))]),
+        )
+        .await;
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Err(MalformedBody),
+            Err(SkippedAfterGroupFailure)
+        ]
+    );
+    assert_eq!(worker.calls(), 1);
+}
+
+#[tokio::test]
+async fn continue_past_failures_runs_every_record_and_reports_each_failure() {
+    let worker = Worker::new();
+    let fail = |id: &str| {
+        json!({"id": id, "n": 1, "fail": true})
+            .to_string()
+            .into_bytes()
+    };
+    let batch = KinesisBatch::new().continue_past_failures(true);
+    let report = worker
+        .kinesis(
+            &batch,
+            kinesis(&[
+                ("1", &job("a")),
+                ("2", &fail("b")),
+                ("3", &job("c")),
+                ("4", &fail("d")),
+                ("5", &job("e")),
+            ]),
+        )
+        .await;
+    assert_eq!(worker.calls(), 5, "every record ran");
+    assert_eq!(reported(report.into_response().unwrap()), ["2", "4"]);
+}
+
+#[tokio::test]
+async fn a_key_in_progress_elsewhere_stops_the_shard() {
+    let worker = Worker::new();
+    let slow = json!({"id": "busy", "n": 1, "hang": true});
+    let elsewhere = worker.handle(slow.clone());
+    let batch = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let data = slow.to_string();
+        worker
+            .kinesis(
+                &KinesisBatch::new(),
+                kinesis(&[("1", data.as_bytes()), ("2", &job("next"))]),
+            )
+            .await
+    };
+    let report = tokio::select! {
+        _ = elsewhere => unreachable!("it hangs"),
+        report = batch => report,
+    };
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [Err(InProgress), Err(SkippedAfterGroupFailure)]
+    );
+}
+
+#[tokio::test]
+async fn the_response_follows_lambdas_rules() {
+    let worker = Worker::new();
+    // No failure: an empty list, which Lambda reads as the whole batch done.
+    let report = worker
+        .kinesis(&KinesisBatch::new(), kinesis(&[("1", &job("a"))]))
+        .await;
+    assert_eq!(
+        serde_json::to_value(report.into_response().unwrap()).unwrap(),
+        json!({"batchItemFailures": []})
+    );
+    // A failed record with no sequence number cannot be reported: an empty
+    // itemIdentifier would fail the batch anyway, so the invocation fails.
+    let report = worker
+        .kinesis(&KinesisBatch::new(), kinesis(&[("", b"nope")]))
+        .await;
+    assert!(matches!(
+        report.into_response(),
+        Err(BatchError::MissingItemId { index: 0 })
+    ));
+    // Every failure in the event's order; Lambda resumes from the lowest.
+    let batch = KinesisBatch::new().continue_past_failures(true);
+    let report = worker
+        .kinesis(
+            &batch,
+            kinesis(&[("7", b"x"), ("8", &job("b")), ("9", b"y")]),
+        )
+        .await;
+    assert_eq!(reported(report.into_response().unwrap()), ["7", "9"]);
+}
+
+#[tokio::test]
+async fn a_record_that_hangs_is_unfinished_and_the_batch_answers_before_the_deadline() {
+    let worker = Worker::new();
+    let hang = json!({"id": "stuck", "n": 1, "hang": true}).to_string();
+    let deadline = SystemTime::now() + Duration::from_millis(1500);
+    let started = Instant::now();
+    let report = worker
+        .kinesis(
+            &KinesisBatch::new(),
+            kinesis_until(
+                &[("1", &job("a")), ("2", hang.as_bytes()), ("3", &job("b"))],
+                Some(deadline),
+            ),
+        )
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1300),
+        "{:?}",
+        started.elapsed()
+    );
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [Ok(Outcome::Executed), Err(Unfinished), Err(Unfinished)]
+    );
+    assert_eq!(reported(report.into_response().unwrap()), ["2", "3"]);
+}
+
+/// A DynamoDB Streams record as Lambda delivers it.
+fn change(seq: &str, name: &str, new_image: Value, old_image: Value) -> Value {
+    json!({
+        "eventID": format!("id-{seq}"), "eventName": name, "awsRegion": "us-east-1",
+        "eventSource": "aws:dynamodb", "eventVersion": "1.1",
+        "dynamodb": {
+            "SequenceNumber": seq, "SizeBytes": 100, "StreamViewType": "NEW_AND_OLD_IMAGES",
+            "Keys": {"id": {"S": "k"}}, "NewImage": new_image, "OldImage": old_image,
+        },
+    })
+}
+
+fn dynamodb(records: Vec<Value>) -> LambdaEvent<DynamoDbEvent> {
+    let event =
+        serde_json::from_value(json!({ "Records": records })).expect("a DynamoDB Streams event");
+    LambdaEvent::new(event, Context::default())
+}
+
+#[tokio::test]
+async fn a_dynamodb_change_hands_over_its_images_as_plain_json() {
+    let worker = Worker::new();
+    let item = |id: &str| json!({"id": {"S": id}, "n": {"N": "1"}, "tags": {"SS": ["x"]}});
+    let seen = std::sync::Mutex::new(Vec::new());
+    let report = DynamoDbStreamBatch::new()
+        .report_json(
+            dynamodb(vec![
+                change("100", "INSERT", item("a"), Value::Null),
+                // A put that changes nothing still streams a MODIFY: the same request.
+                change("200", "MODIFY", item("a"), item("a")),
+                change("300", "REMOVE", Value::Null, item("a")),
+                change(
+                    "400",
+                    "INSERT",
+                    json!({"id": {"S": "b"}, "n": {"N": "1e999"}}),
+                    Value::Null,
+                ),
+                change("500", "INSERT", item("c"), Value::Null),
+            ]),
+            |image: Value, change| {
+                seen.lock().unwrap().push((
+                    change.event_name.clone(),
+                    change.old_image.clone(),
+                    image.clone(),
+                ));
+                async { worker.handle(image).await }
+            },
+        )
+        .await;
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Ok(Outcome::Replayed),
+            Err(MalformedBody),
+            Err(MalformedBody),
+            Ok(Outcome::Executed)
+        ]
+    );
+    let reason = |i: usize| {
+        report.records[i]
+            .result
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .clone()
+    };
+    assert!(
+        reason(2).contains("no new image (eventName REMOVE"),
+        "{}",
+        reason(2)
+    );
+    assert!(reason(3).contains("attribute `n`"), "{}", reason(3));
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(
+        seen[0],
+        (
+            "INSERT".into(),
+            None,
+            json!({"id": "a", "n": 1, "tags": ["x"]})
+        )
+    );
+    assert_eq!(seen[1].1, Some(json!({"id": "a", "n": 1, "tags": ["x"]})));
+    assert_eq!(worker.calls(), 2);
+    assert_eq!(reported(report.into_response().unwrap()), ["300", "400"]);
+}
+
+#[tokio::test]
+async fn a_dynamodb_shard_stops_at_a_failure_a_retry_can_fix() {
+    let worker = Worker::new();
+    let item =
+        |id: &str, fail: bool| json!({"id": {"S": id}, "n": {"N": "1"}, "fail": {"BOOL": fail}});
+    let report = DynamoDbStreamBatch::new()
+        .report_json(
+            dynamodb(vec![
+                change("100", "INSERT", item("a", false), Value::Null),
+                change("200", "INSERT", item("b", true), Value::Null),
+                change("300", "INSERT", item("c", false), Value::Null),
+            ]),
+            |image: Value, _| worker.handle(image),
+        )
+        .await;
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Err(Error),
+            Err(SkippedAfterGroupFailure)
+        ]
+    );
+    assert_eq!(reported(report.into_response().unwrap()), ["200", "300"]);
+}

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """A DynamoDB-compatible test server: moto's server mode behind a thin wrapper of ours.
 
+moto's server also answers Kinesis, DynamoDB Streams and SQS on the same port (requests are
+dispatched by their X-Amz-Target); the event-source tests (tests/tests/every_backend/
+poller.rs) use them. The wrapper counts and injects faults into DynamoDB requests only.
+
 Why the wrapper:
 - moto's DynamoDB backend takes no lock, so two concurrent conditional PutItems on one
   key can both succeed. The wrapper serializes every DynamoDB request, which makes

@@ -5,7 +5,8 @@
 //! Delays and failures can be set to play a slow or failing provider: for all requests
 //! ([`ProviderStub::set_delay`]), or for one, by putting `[[delay_ms=N]]` in the content of
 //! its last message. `[[status=N]]` there answers that request with HTTP status N every
-//! time (a provider that refuses it: `[[status=400]]`).
+//! time (a provider that refuses it: `[[status=400]]`); `[[status_once=N]]` answers N the
+//! first time it sees that request, and a completion after (a passing failure).
 //!
 //! It serves HTTP/1.1 through `test_support::http` (hyper), one request per connection.
 
@@ -37,6 +38,8 @@ struct State {
     log: Mutex<Vec<LoggedRequest>>,
     delay_ms: AtomicU64,
     fail_next: AtomicU32,
+    /// The bodies of `[[status_once=N]]` requests already failed once.
+    failed_once: Mutex<std::collections::HashSet<String>>,
     served: Notify,
     log_file: Option<PathBuf>,
 }
@@ -157,7 +160,11 @@ async fn answer(state: Arc<State>, request: Request) -> Response {
         .fail_next
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok();
-    if let Some(status) = marker(&body, "status").and_then(|s| StatusCode::from_u16(s as u16).ok())
+    let once = marker(&body, "status_once")
+        .filter(|_| state.failed_once.lock().unwrap().insert(body.to_string()));
+    if let Some(status) = marker(&body, "status")
+        .or(once)
+        .and_then(|s| StatusCode::from_u16(s as u16).ok())
         && !status.is_success()
     {
         return respond(

@@ -98,6 +98,22 @@ pub fn json(status: StatusCode, body: &Value) -> Response {
 /// Sends one request (JSON `body`, if any) on a connection of its own to an `http://` URL and
 /// returns the status and the body.
 pub async fn request(method: &str, url: &str, body: Option<&str>) -> Result<(u16, String), String> {
+    request_with(
+        method,
+        url,
+        &[(CONTENT_TYPE.as_str(), "application/json")],
+        body,
+    )
+    .await
+}
+
+/// [`request`] with the headers given (a content type among them, if the body needs one).
+pub async fn request_with(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
     let fail = |e: &dyn std::fmt::Display| format!("{method} {url}: {e}");
     let uri: hyper::Uri = url.parse().map_err(|e| fail(&e))?;
     let (Some("http"), Some(host)) = (uri.scheme_str(), uri.authority()) else {
@@ -111,11 +127,14 @@ pub async fn request(method: &str, url: &str, body: Option<&str>) -> Result<(u16
         .map_err(|e| fail(&e))?;
     tokio::spawn(connection);
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let request = hyper::Request::builder()
+    let mut builder = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header(HOST, host.as_str())
-        .header(CONTENT_TYPE, "application/json")
+        .header(HOST, host.as_str());
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder
         .body(Full::new(Bytes::copy_from_slice(
             body.unwrap_or_default().as_bytes(),
         )))

@@ -1,9 +1,13 @@
 //! Every store (memory, DynamoDB, Redis, a Redis Cluster, PostgreSQL) under the model
-//! worker: the redelivery tests and the chaos run, each once per backend, as
-//! `<module>::<backend>::<test>`, through `test_support::every_backend!`.
+//! worker: the redelivery tests, the event sources played through Lambda's pollers against
+//! moto's real APIs (Kinesis, DynamoDB Streams, an SQS FIFO queue) and the chaos run, each
+//! once per backend, as `<module>::<backend>::<test>`, through `test_support::every_backend!`.
 
 mod chaos;
+mod fifo_queue;
+mod poller;
 mod redelivery;
+mod streams;
 
 /// A chaos run takes the machine's cores: it runs alone, the other tests share.
 static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());

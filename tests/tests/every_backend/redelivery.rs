@@ -23,18 +23,19 @@ const HASH_ALIKE: &str = include_str!("../../../events/hash-alike-retry.json");
 const POISON: &str = include_str!("../../../events/poison-batch-of-ten.json");
 const FIFO: &str = include_str!("../../../events/fifo-two-groups.json");
 
-struct Setup {
+pub(crate) struct Setup {
     /// Held while the test runs: no chaos run meanwhile.
     _shared: tokio::sync::RwLockReadGuard<'static, ()>,
     /// The store, as a user builds it.
-    test_store: TestStore,
+    pub(crate) test_store: TestStore,
     /// The store as the worker sees it: its requests are counted.
-    store: FaultyStore<Arc<dyn IdempotencyStore>>,
-    provider: ProviderStub,
-    worker: Worker,
+    pub(crate) store: FaultyStore<Arc<dyn IdempotencyStore>>,
+    pub(crate) provider: ProviderStub,
+    pub(crate) worker: Worker,
 }
 
-async fn setup(backend: Backend, test: &str) -> Setup {
+/// The model worker over `backend`'s store (its requests counted) and a provider stand-in.
+pub(crate) async fn setup(backend: Backend, test: &str) -> Setup {
     let shared = super::MACHINE.read().await;
     let test_store = TestStore::open(backend, test).await;
     let store = FaultyStore::new(test_store.store.clone());

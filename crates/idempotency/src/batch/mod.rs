@@ -56,7 +56,7 @@ async fn run_groups<R, T, E, F, Fut, Resp>(
     handler: F,
 ) -> BatchReport<T, Resp>
 where
-    R: BatchRecord,
+    R: BatchRecord + Clone,
     F: Fn(R) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
@@ -74,7 +74,7 @@ where
     let slots: Mutex<Vec<Option<RecordReport<T>>>> =
         Mutex::new(item_ids.iter().map(|_| None).collect());
     let work = futures_util::stream::iter(groups)
-        .map(|group| record::run_group(group, handler, rule, &slots))
+        .map(|group| record::run_group(group, handler, rule, settings.clock.as_ref(), &slots))
         .buffer_unordered(settings.max_concurrency)
         .for_each(|()| std::future::ready(()));
     // Twins (two records with one key) meet within this invocation, not in the store.

@@ -2,12 +2,14 @@
 //! records run in order, stopping where a retry could fix the failure.
 
 use super::report::{FailureKind, InvalidBody, PermanentError, RecordFailure, RecordReport};
+use crate::clock::Clock;
 use crate::error::{BoxError, Error, report};
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
+use std::time::Duration;
 use tracing::{Instrument, info, info_span, warn};
 
 /// What the shared machinery needs of one source's record.
@@ -23,7 +25,17 @@ pub(super) struct GroupRule {
     pub(super) noun: &'static str,
     /// Stop at a permanent failure too, not only at one a retry can fix.
     pub(super) stop_at_permanent: bool,
+    /// Wait for a key in progress elsewhere when its lease ends before the batch must
+    /// answer, and run the record then, instead of reporting it: a stream's shard is
+    /// blocked by it anyway, and every report costs one of its bounded retries.
+    pub(super) wait_for_in_progress: bool,
 }
+
+/// How many times a record waits for a key in progress elsewhere before it is reported.
+const MAX_WAITS: u32 = 3;
+
+/// Time kept after a wait to run the record again before the batch answers.
+const TIME_TO_RUN_AFTER_A_WAIT: Duration = Duration::from_millis(200);
 
 impl GroupRule {
     /// Whether the group's later records wait for a redelivery after this failure: a
@@ -38,9 +50,10 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
     group: Vec<(usize, R)>,
     handler: &F,
     rule: GroupRule,
+    clock: &dyn Clock,
     slots: &Mutex<Vec<Option<RecordReport<T>>>>,
 ) where
-    R: BatchRecord,
+    R: BatchRecord + Clone,
     F: Fn(R) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
@@ -64,7 +77,22 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
             }
             None => {
                 let span = info_span!("batch_record", item_id = %id_text);
-                run_record(record, handler).instrument(span).await
+                let mut result = run_record(record.clone(), handler)
+                    .instrument(span.clone())
+                    .await;
+                let mut waits = 0;
+                while rule.wait_for_in_progress && waits < MAX_WAITS {
+                    let Some(wait) = result.as_ref().err().and_then(|f| wait_for(f, clock)) else {
+                        break;
+                    };
+                    info!(item_id = %id_text, ?wait, "key in progress elsewhere: waiting for its lease, then running the record again");
+                    tokio::time::sleep(wait).await;
+                    result = run_record(record.clone(), handler)
+                        .instrument(span.clone())
+                        .await;
+                    waits += 1;
+                }
+                result
             }
         };
         if let Err(failure) = &result
@@ -76,6 +104,26 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
         let report = RecordReport { item_id, result };
         slots.lock().unwrap_or_else(|p| p.into_inner())[index] = Some(report);
     }
+}
+
+/// How long to wait before running again a record whose key is in progress elsewhere:
+/// until its lease ends, when that is before the batch must answer (less the time to run).
+fn wait_for(failure: &RecordFailure, clock: &dyn Clock) -> Option<Duration> {
+    if failure.kind != FailureKind::InProgress {
+        return None;
+    }
+    let mut layer: Option<&(dyn std::error::Error + 'static)> = Some(failure.error.as_deref()?);
+    let lease_expires = loop {
+        let e = layer?;
+        if let Some(Error::AlreadyInProgress { lease_expires, .. }) = e.downcast_ref::<Error>() {
+            break *lease_expires;
+        }
+        layer = e.source();
+    };
+    let claimable = lease_expires + Duration::from_millis(1);
+    let answer_by = crate::invocation::current()?.answer_by;
+    (claimable + TIME_TO_RUN_AFTER_A_WAIT <= answer_by)
+        .then(|| crate::clock::until(clock.now(), claimable))
 }
 
 async fn run_record<R, T, E, F, Fut>(record: R, handler: &F) -> Result<T, RecordFailure>

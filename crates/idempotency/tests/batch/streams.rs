@@ -306,6 +306,47 @@ async fn continue_past_failures_runs_every_record_and_reports_each_failure() {
 }
 
 #[tokio::test]
+async fn a_key_whose_lease_ends_before_the_batch_answers_is_waited_for_then_taken_over() {
+    let store = MemoryStore::new();
+    // Elsewhere: a call that hangs under a 300 ms lease.
+    let elsewhere = Worker {
+        idempotency: Idempotency::builder(store.clone())
+            .lease(Duration::from_millis(300))
+            .build(),
+        ..Worker::new()
+    };
+    let worker = Worker {
+        idempotency: Idempotency::new(store),
+        ..Worker::new()
+    };
+    let slow = json!({"id": "busy", "n": 1, "hang": true});
+    let data = json!({"id": "busy", "n": 1}).to_string();
+    let hanging = elsewhere.handle(slow);
+    let batch = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let deadline = SystemTime::now() + Duration::from_secs(3);
+        let event = kinesis_until(
+            &[("1", data.as_bytes()), ("2", &job("next"))],
+            Some(deadline),
+        );
+        worker.kinesis(&KinesisBatch::new(), event).await
+    };
+    let started = Instant::now();
+    let report = tokio::select! {
+        _ = hanging => unreachable!("it hangs"),
+        report = batch => report,
+    };
+    assert_eq!(
+        kinds(&report),
+        [Ok(Outcome::TookOver), Ok(Outcome::Executed)]
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it waited for the lease"
+    );
+}
+
+#[tokio::test]
 async fn a_key_in_progress_elsewhere_stops_the_shard() {
     let worker = Worker::new();
     let slow = json!({"id": "busy", "n": 1, "hang": true});
@@ -313,12 +354,13 @@ async fn a_key_in_progress_elsewhere_stops_the_shard() {
     let batch = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let data = slow.to_string();
-        worker
-            .kinesis(
-                &KinesisBatch::new(),
-                kinesis(&[("1", data.as_bytes()), ("2", &job("next"))]),
-            )
-            .await
+        // Its lease (15 minutes outside a batch) outlives this invocation: no wait.
+        let deadline = SystemTime::now() + Duration::from_secs(2);
+        let event = kinesis_until(
+            &[("1", data.as_bytes()), ("2", &job("next"))],
+            Some(deadline),
+        );
+        worker.kinesis(&KinesisBatch::new(), event).await
     };
     let report = tokio::select! {
         _ = elsewhere => unreachable!("it hangs"),

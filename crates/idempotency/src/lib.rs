@@ -1,8 +1,10 @@
-//! Idempotent SQS-triggered AWS Lambda handlers.
+//! Idempotent AWS Lambda handlers: SQS, Kinesis and DynamoDB Streams batches, whole
+//! handlers behind a tower layer, any function with `#[idempotent]`.
 //!
 //! Every SQS queue delivers at least once: a message comes twice when a visibility timeout
 //! runs out mid-call, when a worker crashes before its ack, when SQS duplicates a delivery,
-//! or when a producer retries a send. This crate makes the expensive work run once:
+//! or when a producer retries a send; a stream resends everything after a failed record.
+//! This crate makes the expensive work run once:
 //!
 //! 1. derive a key from what the producer decided ([`KeyStrategy`]), never the message id;
 //! 2. **claim** it with one atomic conditional write, status `INPROGRESS`, with a lease
@@ -48,6 +50,10 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/stores.md")]
 struct StoresDoctests;
+/// The stream guide's examples (`docs/streams.md`), compiled and run as doctests.
+#[cfg(all(doctest, feature = "kinesis"))]
+#[doc = include_str!("../../../docs/streams.md")]
+struct StreamsDoctests;
 
 mod batch;
 mod cache;

@@ -1,5 +1,6 @@
-//! An SQS-triggered Lambda that asks a model for a completion once per request, however
-//! often its message arrives.
+//! A Lambda behind SQS, Kinesis or DynamoDB Streams that asks a model for a completion
+//! once per request, however often its record arrives ([`Worker::handle_any`]: the event's
+//! `eventSource` decides which batch runs).
 //!
 //! # Message contract
 //! Body (JSON): `{"request_id": "...", "model": "...", "messages": [{"role": "...",
@@ -18,7 +19,9 @@
 //! the Secrets Manager secret `MODEL_API_KEY_SECRET_ARN` (read once at start-up), or
 //! `MODEL_API_KEY` for local runs. Never retried
 //! automatically: a retry of a request whose answer was lost can be a second billed
-//! generation. The provider's JSON response is the stored result.
+//! generation. The provider's JSON response is the stored result ([`Answer`]); a refusal
+//! (a 4xx other than 408 and 429) is stored too, and fails the record permanently on every
+//! delivery without asking again.
 
 pub mod config;
 pub mod provider;

@@ -98,7 +98,7 @@ impl SqsBatch {
     }
 
     /// Like [`run`](Self::run), with each body parsed as JSON into `B` first: a body that
-    /// does not parse is a [`FailureKind::MalformedBody`] failure and the handler does not run.
+    /// does not parse is a [`FailureKind::MalformedBody`](crate::FailureKind::MalformedBody) failure and the handler does not run.
     pub async fn run_json<B, T, E, F, Fut>(
         &self,
         event: LambdaEvent<SqsEvent>,

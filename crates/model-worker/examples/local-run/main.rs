@@ -146,7 +146,7 @@ impl Tally {
             destination.join(", "),
         );
         println!(
-            "maxReceiveCount is {} here to keep this output short (each receive of a failed record prints a line); template.yaml's MaxReceiveCount defaults to 5, more receives before a deployed worker dead-letters a message for a passing failure (a provider's 429). Streams retry {} times here, as the deployment guide's MaximumRetryAttempts.",
+            "maxReceiveCount is {} here to keep this output short (each receive of a failed record prints a line); template.yaml's MaxReceiveCount defaults to 5, more receives before a deployed worker dead-letters a message for a passing failure (a provider's 429). Streams are resent {} times here for the same reason; the deployment guide's example mapping sets MaximumRetryAttempts 10.",
             sqs::MAX_RECEIVE_COUNT,
             streams::MAX_RETRY_ATTEMPTS
         );

@@ -369,6 +369,34 @@ async fn a_provider_error_releases_the_record_and_the_next_delivery_calls_again(
     assert_eq!(s.provider.completion_calls(), 2);
 }
 
+async fn a_provider_refusal_is_stored_and_costs_one_call_however_often_it_comes_back(
+    backend: Backend,
+) {
+    let s = setup(backend, "provider-refusal").await;
+    let mut event: Value = serde_json::from_str(SINGLE).unwrap();
+    let mut body: Value =
+        serde_json::from_str(event["Records"][0]["body"].as_str().unwrap()).unwrap();
+    body["messages"][1]["content"] = json!("Summarise this. [[status=400]]");
+    event["Records"][0]["body"] = json!(body.to_string());
+    let fixture = event.to_string();
+    for delivery in 1..=4 {
+        let report = s.worker.process(deliver(&fixture)).await;
+        let failure = report.records[0].result.as_ref().expect_err("refused");
+        assert_eq!(
+            failure.kind,
+            FailureKind::Permanent,
+            "delivery {delivery}: {failure}"
+        );
+        assert!(failure.reason.contains("HTTP 400"), "{}", failure.reason);
+    }
+    assert_eq!(s.provider.completion_calls(), 1, "the refusal was stored");
+    assert_eq!(
+        s.store.requests(StoreOp::Release),
+        0,
+        "not released: stored"
+    );
+}
+
 async fn a_provider_that_never_answers_is_cut_off_before_the_deadline(backend: Backend) {
     let s = setup(backend, "provider-hangs").await;
     s.provider.set_delay(Duration::from_secs(30));
@@ -426,6 +454,7 @@ test_support::every_backend!(
     a_poison_body_fails_only_its_record,
     a_fifo_poison_message_fails_alone_and_a_transient_failure_holds_back_its_group,
     a_provider_error_releases_the_record_and_the_next_delivery_calls_again,
+    a_provider_refusal_is_stored_and_costs_one_call_however_often_it_comes_back,
     a_provider_that_never_answers_is_cut_off_before_the_deadline,
     a_store_connection_dropped_mid_call_still_completes_once,
 );

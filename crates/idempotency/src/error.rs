@@ -339,12 +339,16 @@ impl<E: fmt::Display> fmt::Display for ExecuteError<E> {
     }
 }
 
-/// Transparent: the inner error's `Display` and its `source()`, so no cause prints twice.
+/// The inner error's `Display`, and the inner error itself as `source()`: a batch, or any
+/// code that walks the chain, finds this crate's [`Error`] or a
+/// [`PermanentError`](crate::PermanentError) behind it and classifies the failure by it.
+/// [`report`] prints the repeated text once; a chain printer that does not (anyhow's `{:#}`)
+/// shows the inner error's text twice.
 impl<E: StdError + 'static> StdError for ExecuteError<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            ExecuteError::Idempotency(e) => e.source(),
-            ExecuteError::Function(e) => e.source(),
+            ExecuteError::Idempotency(e) => Some(e),
+            ExecuteError::Function(e) => Some(e),
         }
     }
 }
@@ -431,13 +435,15 @@ mod tests {
     }
 
     #[test]
-    fn execute_error_is_transparent() {
+    fn execute_error_shows_its_inner_error_once_and_gives_it_as_its_source() {
         let inner = Error::store("redis", true, Layer("refused", None));
         let err: ExecuteError<Layer> = ExecuteError::Idempotency(inner);
         assert_eq!(
             report(&err),
             "redis idempotency store error (retryable): refused"
         );
+        let source = StdError::source(&err).and_then(|s| s.downcast_ref::<Error>());
+        assert!(matches!(source, Some(Error::Store { .. })), "{source:?}");
         let err: ExecuteError<Layer> =
             ExecuteError::Function(Layer("a", Some(Box::new(Layer("b", None)))));
         assert_eq!(report(&err), "a: b");

@@ -20,7 +20,7 @@
 //! `MODEL_API_KEY` for local runs. Never retried
 //! automatically: a retry of a request whose answer was lost can be a second billed
 //! generation. The provider's JSON response is the stored result ([`Answer`]); a refusal
-//! (a 4xx other than 408 and 429) is stored too, and fails the record permanently on every
+//! ([`refuses_for_good`]) is stored too, and fails the record permanently on every
 //! delivery without asking again.
 
 pub mod config;

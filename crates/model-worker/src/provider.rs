@@ -59,17 +59,25 @@ impl fmt::Display for ProviderError {
 impl std::error::Error for ProviderError {}
 
 impl ProviderError {
-    /// Whether asking again cannot change the answer: a 4xx other than 408 (request
-    /// timeout) and 429 (too many requests) refuses this request itself. Transport errors,
-    /// timeouts, 408, 429, 5xx and a 2xx that is not JSON may heal.
+    /// Whether asking again cannot change the answer: the provider refused this request
+    /// itself ([`refuses_for_good`]). Transport errors, timeouts, a 2xx that is not JSON,
+    /// 5xx, 408, 429, and the statuses that describe the deployment rather than the request
+    /// may heal.
     pub fn is_permanent(&self) -> bool {
         matches!(self, ProviderError::Status { status, .. } if refuses_for_good(*status))
     }
 }
 
-/// Whether an HTTP status refuses the request itself: a 4xx other than 408 and 429.
+/// Whether an HTTP status refuses the request itself, so that asking again with the same
+/// request gets the same answer: a 4xx, except
+/// - 408 (request timeout) and 429 (too many requests), which pass;
+/// - 401, 402, 403, 404, 405, 407 and 421, which say the worker's deployment is wrong (a
+///   revoked key, lapsed billing, a wrong `MODEL_BASE_URL`) for every request alike.
+///   Fixing the deployment heals them, so they are not stored as refusals: the message is
+///   retried, and reaches the dead-letter queue (and can be redriven) if the fix comes
+///   late, as with a store that denies access.
 pub fn refuses_for_good(status: u16) -> bool {
-    (400..500).contains(&status) && status != 408 && status != 429
+    (400..500).contains(&status) && !matches!(status, 401..=405 | 407 | 408 | 421 | 429)
 }
 
 /// A client for `POST {base}/v1/chat/completions`. `Debug` redacts the API key and a

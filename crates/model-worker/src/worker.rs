@@ -31,15 +31,17 @@ pub struct Delivery {
 }
 
 /// What the idempotent call stores: the provider's completion, or its refusal of the
-/// request. A refusal (a 4xx other than 408 and 429) is stored like a completion, so a
+/// request. A refusal ([`refuses_for_good`]) is stored like a completion, so a
 /// redelivery is refused again from the store instead of asking the provider again; the
 /// record still fails, permanently ([`PermanentError`]), and reaches the dead-letter queue or
 /// the stream's on-failure destination.
 ///
 /// Stored as the completion itself (records written before refusals were stored read as
-/// [`Answer::Completion`]), or as `{"provider_refused": {"status": 400, "body": "..."}}`.
+/// [`Answer::Completion`]), or as `{"provider_refused": {"status": 400, "body": "..."}}`:
+/// exactly that one field, with a status that [`refuses_for_good`], or it reads as a
+/// completion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum Answer {
     /// The provider refused the request; asking again would get the same answer.
     Refused {
@@ -52,11 +54,25 @@ pub enum Answer {
 
 /// A provider's refusal of one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Refusal {
     /// The HTTP status (4xx).
+    #[serde(deserialize_with = "refusal_status")]
     pub status: u16,
     /// The start of the answer's body.
     pub body: String,
+}
+
+/// A stored status is a refusal only if it is one.
+fn refusal_status<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u16, D::Error> {
+    let status = u16::deserialize(deserializer)?;
+    if refuses_for_good(status) {
+        Ok(status)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "{status} is not a refusal"
+        )))
+    }
 }
 
 /// Where a batch came from, read off its first record's `eventSource`.

@@ -159,7 +159,7 @@ async fn a_dynamodb_stream_batch_runs_each_request_once() {
             .reason
             .clone()
     };
-    assert!(reason(3).contains("messages"), "{}", reason(3));
+    assert!(reason(3).contains("expected a sequence"), "{}", reason(3));
     assert!(
         reason(4).contains("no new image (eventName REMOVE"),
         "{}",
@@ -209,8 +209,13 @@ fn asking(marker: &str) -> String {
 async fn a_provider_refusal_costs_one_call_however_often_the_message_comes_back() {
     for (status, permanent) in [
         (400, true),
-        (404, true),
+        (413, true),
         (422, true),
+        // The deployment's fault (a wrong URL, a revoked key, billing): fixing it heals.
+        (401, false),
+        (402, false),
+        (403, false),
+        (404, false),
         (408, false),
         (429, false),
     ] {
@@ -248,4 +253,14 @@ fn a_completion_stored_before_refusals_were_stored_still_reads() {
     let answer: model_worker::Answer = serde_json::from_value(refused.clone()).unwrap();
     assert!(matches!(answer, model_worker::Answer::Refused { .. }));
     assert_eq!(serde_json::to_value(answer).unwrap(), refused);
+    // A completion that merely carries such a field, or a status that is no refusal, is a
+    // completion.
+    for completion in [
+        serde_json::json!({"id": "x", "choices": [], "provider_refused": {"status": 400, "body": "no"}}),
+        serde_json::json!({"provider_refused": {"status": 200, "body": "ok"}}),
+        serde_json::json!({"provider_refused": {"status": 404, "body": "misconfigured"}}),
+    ] {
+        let answer: model_worker::Answer = serde_json::from_value(completion.clone()).unwrap();
+        assert_eq!(answer, model_worker::Answer::Completion(completion));
+    }
 }

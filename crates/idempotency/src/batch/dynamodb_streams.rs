@@ -2,7 +2,7 @@
 
 use super::record::{BatchRecord, GroupRule};
 use super::settings::{Settings, batch_setters, stream_setters};
-use super::{BatchError, BatchReport, InvalidBody, dynamodb_json};
+use super::{BatchError, BatchReport, InvalidBody, dynamodb_json, record};
 use crate::error::BoxError;
 use crate::invocation;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
@@ -26,11 +26,11 @@ use std::time::SystemTime;
 /// | DynamoDB | JSON |
 /// |---|---|
 /// | `S` | string |
-/// | `N` | number: an integer when it is one that fits 64 bits, else the nearest double |
+/// | `N` | number: an integer when it is a whole number that fits 64 bits; a double when it has at most 15 significant digits; otherwise a string, exactly as written |
 /// | `BOOL`, `NULL` | `true`/`false`, `null` |
 /// | `M`, `L` | object, array |
-/// | `SS`, `NS` | array of strings, array of numbers |
-/// | `B`, `BS` | base64 string, array of base64 strings |
+/// | `SS`, `NS` | array of strings, array of numbers, sorted (a set has no order) |
+/// | `B`, `BS` | base64 string, array of base64 strings, sorted |
 ///
 /// A record without a new image (a `REMOVE`, or a stream whose view type is `KEYS_ONLY` or
 /// `OLD_IMAGE`) is a [`MalformedBody`](crate::FailureKind::MalformedBody) failure with that
@@ -165,7 +165,10 @@ impl StreamChange {
         };
         B::deserialize(image).map_err(|e| InvalidBody {
             item_id,
-            reason: format!("its new image is not the handler's input: {e}"),
+            reason: format!(
+                "its new image is not the handler's input: {}",
+                record::without_values(&e.to_string())
+            ),
         })
     }
 }
@@ -260,7 +263,7 @@ impl DynamoDbStreamBatch {
         let rule = GroupRule {
             noun: "shard",
             stop_at_permanent: self.settings.stop_at_permanent_failures,
-            wait_for_in_progress: true,
+            wait_for_in_progress: self.settings.time_to_run_after_a_wait,
         };
         let groups = super::stream_groups(records, self.settings.in_order);
         super::run_groups(&self.settings, groups, rule, deadline, handler).await

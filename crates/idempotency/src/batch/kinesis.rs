@@ -173,7 +173,7 @@ impl KinesisBatch {
         let rule = GroupRule {
             noun: "shard",
             stop_at_permanent: self.settings.stop_at_permanent_failures,
-            wait_for_in_progress: true,
+            wait_for_in_progress: self.settings.time_to_run_after_a_wait,
         };
         let groups = super::stream_groups(records, self.settings.in_order);
         super::run_groups(&self.settings, groups, rule, deadline, handler).await

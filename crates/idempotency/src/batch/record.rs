@@ -25,17 +25,15 @@ pub(super) struct GroupRule {
     pub(super) noun: &'static str,
     /// Stop at a permanent failure too, not only at one a retry can fix.
     pub(super) stop_at_permanent: bool,
-    /// Wait for a key in progress elsewhere when its lease ends before the batch must
-    /// answer, and run the record then, instead of reporting it: a stream's shard is
-    /// blocked by it anyway, and every report costs one of its bounded retries.
-    pub(super) wait_for_in_progress: bool,
+    /// Wait for a key in progress elsewhere when its lease ends at least this long before
+    /// the batch must answer, and run the record then, instead of reporting it: a stream's
+    /// shard is blocked by it anyway, and every report costs one of its bounded retries.
+    /// `None`: never wait.
+    pub(super) wait_for_in_progress: Option<Duration>,
 }
 
 /// How many times a record waits for a key in progress elsewhere before it is reported.
 const MAX_WAITS: u32 = 3;
-
-/// Time kept after a wait to run the record again before the batch answers.
-const TIME_TO_RUN_AFTER_A_WAIT: Duration = Duration::from_millis(200);
 
 impl GroupRule {
     /// Whether the group's later records wait for a redelivery after this failure: a
@@ -81,8 +79,14 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
                     .instrument(span.clone())
                     .await;
                 let mut waits = 0;
-                while rule.wait_for_in_progress && waits < MAX_WAITS {
-                    let Some(wait) = result.as_ref().err().and_then(|f| wait_for(f, clock)) else {
+                while let Some(time_to_run) = rule.wait_for_in_progress
+                    && waits < MAX_WAITS
+                {
+                    let Some(wait) = result
+                        .as_ref()
+                        .err()
+                        .and_then(|f| wait_for(f, time_to_run, clock))
+                    else {
                         break;
                     };
                     info!(item_id = %id_text, ?wait, "key in progress elsewhere: waiting for its lease, then running the record again");
@@ -107,8 +111,8 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
 }
 
 /// How long to wait before running again a record whose key is in progress elsewhere:
-/// until its lease ends, when that is before the batch must answer (less the time to run).
-fn wait_for(failure: &RecordFailure, clock: &dyn Clock) -> Option<Duration> {
+/// until its lease ends, when that leaves `time_to_run` before the batch must answer.
+fn wait_for(failure: &RecordFailure, time_to_run: Duration, clock: &dyn Clock) -> Option<Duration> {
     if failure.kind != FailureKind::InProgress {
         return None;
     }
@@ -122,8 +126,7 @@ fn wait_for(failure: &RecordFailure, clock: &dyn Clock) -> Option<Duration> {
     };
     let claimable = lease_expires + Duration::from_millis(1);
     let answer_by = crate::invocation::current()?.answer_by;
-    (claimable + TIME_TO_RUN_AFTER_A_WAIT <= answer_by)
-        .then(|| crate::clock::until(clock.now(), claimable))
+    (claimable + time_to_run <= answer_by).then(|| crate::clock::until(clock.now(), claimable))
 }
 
 async fn run_record<R, T, E, F, Fut>(record: R, handler: &F) -> Result<T, RecordFailure>
@@ -171,7 +174,8 @@ where
 }
 
 /// The kind of the first error in the chain that this crate knows: a handler's error type
-/// may wrap an [`Error`], an [`InvalidBody`] or a [`PermanentError`].
+/// may wrap an [`Error`], an [`InvalidBody`] or a [`PermanentError`]. The chain is
+/// `source()`, and the error inside an `std::io::Error` (whose `source()` skips it).
 fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
     let mut layer = Some(error);
     while let Some(e) = layer {
@@ -188,7 +192,13 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
         if e.is::<InvalidBody>() {
             return FailureKind::MalformedBody;
         }
-        layer = e.source();
+        layer = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     FailureKind::Error
 }
@@ -206,14 +216,108 @@ pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {
     }
 }
 
-/// Parses `bytes` as JSON into `B`; an error names the record. Bytes that are not UTF-8
-/// do not parse either.
+/// Parses `bytes` as JSON into `B`; an error names the record, never a value from it (a
+/// body may hold personal data, and the reason is logged). Bytes that are not UTF-8 are
+/// refused as such, even where the handler's type would ignore them.
 pub(super) fn json_from_slice<B: DeserializeOwned>(
     item_id: Option<&str>,
     bytes: &[u8],
 ) -> Result<B, InvalidBody> {
-    serde_json::from_slice(bytes).map_err(|e| InvalidBody {
+    let invalid = |reason: String| InvalidBody {
         item_id: item_id.unwrap_or("<no item id>").to_owned(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(invalid(format!(
+            "it is not UTF-8 (invalid byte at {})",
+            e.valid_up_to()
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|e| invalid(without_values(&e.to_string())))
+}
+
+/// A serde error message without the values it quotes: `invalid type: string "4111…",
+/// expected u32` becomes `invalid type: string "…", expected u32`. Field names stay.
+pub(super) fn without_values(message: &str) -> String {
+    const VALUE_BEFORE_BACKTICK: [&str; 4] =
+        ["integer ", "floating point ", "unknown variant ", "char "];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let quote = from.chars().next().unwrap_or('"');
+        let redact = quote == '"' || VALUE_BEFORE_BACKTICK.iter().any(|v| out.ends_with(v));
+        let body = &from[1..];
+        let end = if quote == '"' {
+            closing_quote(body)
+        } else {
+            body.find('`')
+        };
+        let Some(end) = end else {
+            out.push_str(if redact { "…" } else { from });
+            return out;
+        };
+        out.push(quote);
+        out.push_str(if redact { "…" } else { &body[..end] });
+        out.push(quote);
+        rest = &body[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where a double-quoted string that starts at `body` ends (a `\"` does not end it).
+fn closing_quote(body: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in body.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parse_error_keeps_field_names_and_drops_values() {
+        for (message, expected) in [
+            (
+                r#"invalid type: string "my card is 4111", expected a sequence at line 1 column 9"#,
+                r#"invalid type: string "…", expected a sequence at line 1 column 9"#,
+            ),
+            (
+                "invalid type: integer `4111111111111111`, expected a string",
+                "invalid type: integer `…`, expected a string",
+            ),
+            (
+                "missing field `model` at line 1 column 2",
+                "missing field `model` at line 1 column 2",
+            ),
+            (
+                r#"unknown variant `secret`, expected `a` or `b`"#,
+                r#"unknown variant `…`, expected `a` or `b`"#,
+            ),
+            (
+                r#"invalid value: string "a \" b", expected x"#,
+                r#"invalid value: string "…", expected x"#,
+            ),
+            (r#"cut off "secret"#, r#"cut off …"#),
+        ] {
+            assert_eq!(without_values(message), expected);
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_even_inside_an_ignored_field() {
+        let bytes = b"{\"ignored\": \"\xff\", \"n\": 1}";
+        let err = json_from_slice::<serde_json::Value>(Some("7"), bytes).unwrap_err();
+        assert_eq!(err.reason, "it is not UTF-8 (invalid byte at 13)");
+    }
 }

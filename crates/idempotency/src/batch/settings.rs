@@ -25,7 +25,19 @@ pub(super) struct Settings {
         allow(dead_code)
     )]
     pub(super) in_order: bool,
+    /// Streams: wait for a key in progress elsewhere if its lease ends this long before the
+    /// batch must answer.
+    #[cfg_attr(
+        not(any(feature = "kinesis", feature = "dynamodb-streams")),
+        allow(dead_code)
+    )]
+    pub(super) time_to_run_after_a_wait: Option<Duration>,
 }
+
+/// Streams wait for a key in progress elsewhere only when its lease ends this long before
+/// the batch must answer: enough for a model call, so the wait is not thrown away by the
+/// deadline.
+pub(crate) const DEFAULT_TIME_TO_RUN_AFTER_A_WAIT: Duration = Duration::from_secs(10);
 
 impl Default for Settings {
     fn default() -> Self {
@@ -36,6 +48,7 @@ impl Default for Settings {
             clock: Arc::new(SystemClock),
             stop_at_permanent_failures: false,
             in_order: true,
+            time_to_run_after_a_wait: Some(DEFAULT_TIME_TO_RUN_AFTER_A_WAIT),
         }
     }
 }
@@ -105,6 +118,20 @@ macro_rules! stream_setters {
             /// off (the shard's order is kept).
             pub fn continue_past_failures(mut self, yes: bool) -> Self {
                 self.settings.in_order = !yes;
+                self
+            }
+
+            /// A record whose key is in progress elsewhere waits for the other worker's
+            /// lease to end, then runs, when that leaves at least `time_to_run` before the
+            /// batch must answer: the shard is blocked by it anyway, and a report spends one
+            /// of the mapping's bounded retries. Otherwise it is reported
+            /// ([`InProgress`](crate::FailureKind::InProgress)). Set it to what one record
+            /// can take (default: 10 s); `None` never waits.
+            pub fn wait_for_in_progress(
+                mut self,
+                time_to_run: Option<std::time::Duration>,
+            ) -> Self {
+                self.settings.time_to_run_after_a_wait = time_to_run;
                 self
             }
         }

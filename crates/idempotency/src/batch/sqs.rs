@@ -164,7 +164,7 @@ impl SqsBatch {
         let rule = GroupRule {
             noun: "FIFO message group",
             stop_at_permanent: self.settings.stop_at_permanent_failures,
-            wait_for_in_progress: false,
+            wait_for_in_progress: None,
         };
         super::run_groups(
             &self.settings,

@@ -329,7 +329,8 @@ async fn a_key_whose_lease_ends_before_the_batch_answers_is_waited_for_then_take
             &[("1", data.as_bytes()), ("2", &job("next"))],
             Some(deadline),
         );
-        worker.kinesis(&KinesisBatch::new(), event).await
+        let batch = KinesisBatch::new().wait_for_in_progress(Some(Duration::from_millis(500)));
+        worker.kinesis(&batch, event).await
     };
     let started = Instant::now();
     let report = tokio::select! {
@@ -544,4 +545,167 @@ async fn a_dynamodb_shard_stops_at_a_failure_a_retry_can_fix() {
         ]
     );
     assert_eq!(reported(report.into_response().unwrap()), ["200", "300"]);
+}
+
+#[tokio::test]
+async fn a_wait_that_would_leave_too_little_time_to_run_is_not_made() {
+    let store = MemoryStore::new();
+    let elsewhere = Worker {
+        idempotency: Idempotency::builder(store.clone())
+            .lease(Duration::from_millis(300))
+            .build(),
+        ..Worker::new()
+    };
+    let worker = Worker {
+        idempotency: Idempotency::new(store),
+        ..Worker::new()
+    };
+    let hanging = elsewhere.handle(json!({"id": "busy", "n": 1, "hang": true}));
+    let data = json!({"id": "busy", "n": 1}).to_string();
+    let batch = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The lease ends in 0.3 s, but the default 10 s to run do not fit before 3 s.
+        let deadline = SystemTime::now() + Duration::from_secs(3);
+        let event = kinesis_until(&[("1", data.as_bytes())], Some(deadline));
+        worker.kinesis(&KinesisBatch::new(), event).await
+    };
+    let started = Instant::now();
+    let report = tokio::select! {
+        _ = hanging => unreachable!("it hangs"),
+        report = batch => report,
+    };
+    assert_eq!(kinds(&report), [Err(FailureKind::InProgress)]);
+    assert!(started.elapsed() < Duration::from_millis(300), "no wait");
+}
+
+/// The handler shape the README shows: `execute`'s own result, returned as it is.
+#[tokio::test]
+async fn a_handler_returning_executes_error_is_classified_by_what_is_inside_it() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("job", KeyStrategy::field("id")).validate(["n"]);
+    let data = |v: Value| v.to_string().into_bytes();
+    let records = [
+        data(json!({"id": "a", "n": 1})),
+        // The same key with another payload: Rejected, permanent.
+        data(json!({"id": "a", "n": 2})),
+        // The function's own PermanentError, inside ExecuteError::Function.
+        data(json!({"id": "b", "n": 1, "refuse": true})),
+        data(json!({"id": "c", "n": 1})),
+    ];
+    let event: Vec<(&str, &[u8])> = vec![
+        ("1", &records[0]),
+        ("2", &records[1]),
+        ("3", &records[2]),
+        ("4", &records[3]),
+    ];
+    let report = KinesisBatch::new()
+        .report_json(kinesis(&event), |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                idempotency
+                    .execute(op, &body, || async {
+                        if body["refuse"] == true {
+                            // Inside an io::Error, inside ExecuteError::Function.
+                            return Err(std::io::Error::other(PermanentError::new("refused")));
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .map(|(_, outcome)| outcome)
+            }
+        })
+        .await;
+    use FailureKind::*;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Err(Rejected),
+            Err(Permanent),
+            Ok(Outcome::Executed)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn different_big_numbers_stay_different_and_sets_convert_alike_in_any_order() {
+    let worker = Worker::new();
+    let report = DynamoDbStreamBatch::new()
+        .report_json(
+            dynamodb(vec![
+                change(
+                    "1",
+                    "INSERT",
+                    json!({"id": {"N": "123456789012345678901234567890"}, "n": {"N": "1"}}),
+                    Value::Null,
+                ),
+                change(
+                    "2",
+                    "INSERT",
+                    json!({"id": {"N": "123456789012345678901234567891"}, "n": {"N": "1"}}),
+                    Value::Null,
+                ),
+                change(
+                    "3",
+                    "INSERT",
+                    json!({"id": {"S": "set"}, "n": {"SS": ["x", "y"]}}),
+                    Value::Null,
+                ),
+                // The same item again, its set in another order: the same payload.
+                change(
+                    "4",
+                    "MODIFY",
+                    json!({"id": {"S": "set"}, "n": {"SS": ["y", "x"]}}),
+                    Value::Null,
+                ),
+            ]),
+            |image: Value, _| worker.handle(image),
+        )
+        .await;
+    assert_eq!(
+        kinds(&report),
+        [
+            Ok(Outcome::Executed),
+            Ok(Outcome::Executed),
+            Ok(Outcome::Executed),
+            Ok(Outcome::Replayed)
+        ]
+    );
+    assert_eq!(worker.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_value_in_a_body_that_does_not_parse_stays_out_of_its_reason() {
+    let secret = "my card is 4111-1111-1111-1111";
+    let kinesis_data = json!({"id": secret, "n": [secret]}).to_string();
+    let report = KinesisBatch::new()
+        .report_json(
+            kinesis(&[("1", kinesis_data.as_bytes())]),
+            |_: Job, _| async { Ok::<_, std::io::Error>(()) },
+        )
+        .await;
+    let dynamodb_report = DynamoDbStreamBatch::new()
+        .report_json(
+            dynamodb(vec![change(
+                "1",
+                "INSERT",
+                json!({"id": {"S": secret}, "n": {"S": secret}}),
+                Value::Null,
+            )]),
+            |_: Job, _| async { Ok::<_, std::io::Error>(()) },
+        )
+        .await;
+    for reason in [&report.records[0], &dynamodb_report.records[0]]
+        .map(|r| r.result.as_ref().unwrap_err().reason.clone())
+    {
+        assert!(reason.contains("invalid type"), "{reason}");
+        assert!(!reason.contains("4111"), "{reason}");
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Job {
+    id: String,
+    n: u32,
 }

@@ -453,18 +453,22 @@ async fn concurrency_is_bounded() {
 
 #[tokio::test]
 async fn a_failure_without_a_message_id_fails_the_whole_batch() {
-    let payload: SqsEvent = serde_json::from_value(json!({"Records": [{"body": "x"}]})).unwrap();
-    let err = SqsBatch::new()
-        .run(
-            LambdaEvent::new(payload, Context::default()),
-            |_msg| async { Err::<(), _>("boom") },
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, BatchError::MissingItemId { index: 0 }),
-        "{err}"
-    );
+    // No messageId, or an empty one: Lambda would read an empty itemIdentifier as the
+    // whole batch failing, so the invocation fails instead.
+    for record in [json!({"body": "x"}), json!({"messageId": "", "body": "x"})] {
+        let payload: SqsEvent = serde_json::from_value(json!({ "Records": [record] })).unwrap();
+        let err = SqsBatch::new()
+            .run(
+                LambdaEvent::new(payload, Context::default()),
+                |_msg| async { Err::<(), _>("boom") },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, BatchError::MissingItemId { index: 0 }),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -657,6 +661,18 @@ async fn an_empty_batch_never_fails_the_invocation() {
         .await;
     let response = report.into_response_failing_when_all_fail().unwrap();
     assert_eq!(failures(&response), json!({"batchItemFailures": []}));
+
+    // Every record of a batch failed: an error, whatever the batch's own setting.
+    let report = SqsBatch::new()
+        .report(records(&[("m1", "x"), ("m2", "y")]), |_| async {
+            Err::<(), _>("boom")
+        })
+        .await;
+    let err = report.into_response_failing_when_all_fail().unwrap_err();
+    assert!(
+        matches!(err, BatchError::AllFailed { count: 2, .. }),
+        "{err}"
+    );
 }
 
 /// A wider margin answers earlier: the batch waits until the deadline less the margin.

@@ -385,6 +385,51 @@ async fn the_response_follows_lambdas_rules() {
         serde_json::to_value(report.into_response().unwrap()).unwrap(),
         json!({"batchItemFailures": []})
     );
+    // The same through `run_json` and `run`, which build the response themselves.
+    let batch = KinesisBatch::new().continue_past_failures(true);
+    let event = || kinesis(&[("7", b"x"), ("8", &job("b"))]);
+    let response = batch
+        .run_json(event(), |body: Value, _| worker.handle(body))
+        .await
+        .unwrap();
+    assert_eq!(reported(response), ["7"]);
+    let response = batch
+        .run(event(), |record| async move {
+            match record.kinesis.sequence_number.as_str() {
+                "8" => Ok(()),
+                _ => Err("no"),
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(reported(response), ["7"]);
+    let dynamodb_batch = DynamoDbStreamBatch::new();
+    let records = || {
+        dynamodb(vec![
+            change(
+                "1",
+                "INSERT",
+                json!({"id": {"S": "x"}, "n": {"N": "1"}}),
+                Value::Null,
+            ),
+            change("2", "REMOVE", Value::Null, json!({"id": {"S": "x"}})),
+        ])
+    };
+    let response = dynamodb_batch
+        .run_json(records(), |image: Value, _| worker.handle(image))
+        .await
+        .unwrap();
+    assert_eq!(reported(response), ["2"]);
+    let response = dynamodb_batch
+        .run(records(), |record| async move {
+            match record.event_name.as_str() {
+                "INSERT" => Ok(()),
+                _ => Err("a removal"),
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(reported(response), ["2"]);
     // A failed record with no sequence number cannot be reported: an empty
     // itemIdentifier would fail the batch anyway, so the invocation fails.
     let report = worker

@@ -306,3 +306,31 @@ impl std::error::Error for PermanentError {
         self.0.source()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permanent_error_shows_its_error_and_gives_its_causes() {
+        let cause = std::io::Error::other("the provider said 400");
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidInput, cause);
+        let err = PermanentError::new(crate::BatchError::MissingItemId { index: 3 });
+        assert!(err.to_string().starts_with("record 3 failed"), "{err}");
+        let err = PermanentError::new(Wrapper(inner));
+        assert_eq!(crate::report(&err), "refused: the provider said 400");
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+    impl fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("refused")
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+}

@@ -403,3 +403,65 @@ async fn a_mismatched_table_fails_the_first_request_with_a_clear_error() {
         );
     }
 }
+
+/// The example worker checks its table at start-up: its single-table settings
+/// (`IDEMPOTENCY_TABLE_*`) work on a table keyed so, and a table keyed otherwise stops it
+/// with the message, before any message is received.
+#[tokio::test]
+async fn the_worker_checks_its_table_at_start_up() {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_default();
+    assert!(
+        !endpoint.is_empty() && endpoint == test_support::endpoint().await,
+        "the worker builds its client from the environment: run this through scripts/test, or \
+         export AWS_ENDPOINT_URL_DYNAMODB (the test server), AWS_REGION, AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY"
+    );
+    let single = TestTable::create_keyed(Emulator::Moto, "worker-single", PK, Some(SK)).await;
+    let plain = TestTable::create("worker-plain").await;
+    let config = |table: &str, single_table: bool| {
+        let mut vars = vec![
+            ("IDEMPOTENCY_TABLE", table.to_owned()),
+            ("MODEL_BASE_URL", "http://127.0.0.1:9".to_owned()),
+        ];
+        if single_table {
+            vars.extend([
+                ("IDEMPOTENCY_TABLE_PARTITION_KEY", PK.to_owned()),
+                ("IDEMPOTENCY_TABLE_SORT_KEY", SK.to_owned()),
+                (
+                    "IDEMPOTENCY_TABLE_PARTITION_VALUE",
+                    "idempotency#model-worker".to_owned(),
+                ),
+            ]);
+        }
+        model_worker::WorkerConfig::from_lookup(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        })
+        .expect("a valid configuration")
+    };
+    model_worker::Worker::from_config(&config(&single.name, true))
+        .await
+        .expect("the single table fits its settings");
+    model_worker::Worker::from_config(&config(&plain.name, false))
+        .await
+        .expect("the plain table fits the default settings");
+    for (table, single_table, says) in [
+        (
+            &plain.name,
+            true,
+            "has key (id HASH) but the store was set up for (pk HASH, sk RANGE)",
+        ),
+        (
+            &single.name,
+            false,
+            "has key (pk HASH, sk RANGE) but the store was set up for (id HASH)",
+        ),
+    ] {
+        let err = model_worker::Worker::from_config(&config(table, single_table))
+            .await
+            .expect_err(says);
+        let text = report(&*err);
+        assert!(text.contains(&format!("table {table:?} {says}")), "{text}");
+    }
+}

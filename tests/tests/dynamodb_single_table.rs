@@ -3,6 +3,10 @@
 //! which validates requests and expressions more strictly. The whole contract, the plain
 //! store's contract on dynalite too, the items, the start-up check against a table whose
 //! key does not match, and stores with different partition values sharing a table.
+//!
+//! dynalite answers a failed condition without the old item (it ignores
+//! `ReturnValuesOnConditionCheckFailure`), so there every refused claim takes the store's
+//! fallback, one consistent `GetItem` on the composite key; moto returns the item.
 
 use lambda_idempotency::store::conformance;
 use lambda_idempotency::store::{IdempotencyStore, Record, Status, StoreOp, from_epoch_secs};

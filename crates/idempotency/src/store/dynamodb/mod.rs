@@ -66,7 +66,8 @@ const BACKEND: &str = "dynamodb";
 /// The claim's condition. `#ipe < :now_ms` is false when the attribute is absent or not a
 /// number, so an in-progress record without a lease (absent, or `NULL`, as the store's
 /// parser reads both) is held until it expires, exactly as [`Record::is_claimable_at`]
-/// says.
+/// says. `#id` is the partition key: with a sort key too, every item has both, so
+/// `attribute_not_exists(#id)` still means "no record at this key".
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
     OR (#status = :inprogress AND #ipe < :now_ms) \
     OR (#status = :inprogress AND #tok = :tok) \

@@ -47,3 +47,50 @@ start_dynamodb_server() {
   export DYNAMODB_TEST_ENDPOINT="http://127.0.0.1:$(cat "$DYNAMODB_PORT_FILE")"
   echo "==> DynamoDB test server at $DYNAMODB_TEST_ENDPOINT (pid $DYNAMODB_SERVER_PID)"
 }
+
+# dynalite, the second DynamoDB emulator (it validates requests and expressions more
+# strictly than moto): installed once from npm into target/dynalite (about 10 MB, seconds),
+# reinstalled only when the pinned version changes.
+DYNALITE_VERSION=4.0.0
+DYNALITE_DIR=${DYNALITE_DIR:-target/dynalite}
+
+# Installs dynalite if needed, starts it on a free 127.0.0.1 port with tables active at
+# once, exports DYNALITE_TEST_ENDPOINT and stops it by its pid when the calling script
+# exits.
+start_dynalite() {
+  local installed="" port
+  command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 || {
+    echo "error: the dynalite DynamoDB emulator needs Node.js 18 or later and npm (Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)" >&2
+    exit 1
+  }
+  mkdir -p "$DYNALITE_DIR"
+  [ -f "$DYNALITE_DIR/node_modules/dynalite/package.json" ] &&
+    installed=$(node -p 'require(require("path").resolve(process.argv[1])).version' \
+      "$DYNALITE_DIR/node_modules/dynalite/package.json")
+  if [ "$installed" != "$DYNALITE_VERSION" ]; then
+    echo "==> installing dynalite $DYNALITE_VERSION into $DYNALITE_DIR (npm)"
+    npm install --prefix "$DYNALITE_DIR" --no-save --no-audit --no-fund --loglevel=error \
+      "dynalite@$DYNALITE_VERSION" > target/dynalite-install.log 2>&1 || {
+      echo "error: npm install dynalite@$DYNALITE_VERSION failed:" >&2
+      cat target/dynalite-install.log >&2
+      exit 1
+    }
+  fi
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+  "$DYNALITE_DIR/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$port" \
+    --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 > target/dynalite.log 2>&1 &
+  DYNALITE_PID=$!
+  at_exit "kill $DYNALITE_PID 2>/dev/null || true; wait $DYNALITE_PID 2>/dev/null || true"
+  for _ in $(seq 1 100); do
+    grep -q "listening" target/dynalite.log 2>/dev/null && break
+    if ! kill -0 "$DYNALITE_PID" 2>/dev/null; then
+      echo "error: dynalite did not start:" >&2
+      cat target/dynalite.log >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  grep -q "listening" target/dynalite.log || { echo "error: dynalite did not start within 10 s" >&2; exit 1; }
+  export DYNALITE_TEST_ENDPOINT="http://127.0.0.1:$port"
+  echo "==> dynalite $DYNALITE_VERSION at $DYNALITE_TEST_ENDPOINT (pid $DYNALITE_PID)"
+}

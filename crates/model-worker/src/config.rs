@@ -10,10 +10,18 @@ use std::time::Duration;
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreChoice {
     /// A DynamoDB table (`IDEMPOTENCY_TABLE`); region, credentials and `AWS_ENDPOINT_URL`
-    /// come from the standard AWS variables.
+    /// come from the standard AWS variables. Its key is checked at start-up.
     DynamoDb {
         /// The table name.
         table: String,
+        /// `IDEMPOTENCY_TABLE_PARTITION_KEY`: the partition key's name (default `id`).
+        partition_key: String,
+        /// `IDEMPOTENCY_TABLE_SORT_KEY`: the sort key's name, for a table with a partition
+        /// key and a sort key (a single-table design); the stored id goes into it.
+        sort_key: Option<String>,
+        /// `IDEMPOTENCY_TABLE_PARTITION_VALUE`: with a sort key, the partition key's value
+        /// for every record (default `idempotency#<function name>`).
+        partition_value: Option<String>,
     },
     /// The embedded in-memory store (`IDEMPOTENCY_STORE=memory`): local runs only, records
     /// die with the process.
@@ -129,9 +137,18 @@ pub fn redact_url(url: &str) -> String {
 impl fmt::Debug for StoreChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreChoice::DynamoDb { table } => {
-                f.debug_struct("DynamoDb").field("table", table).finish()
-            }
+            StoreChoice::DynamoDb {
+                table,
+                partition_key,
+                sort_key,
+                partition_value,
+            } => f
+                .debug_struct("DynamoDb")
+                .field("table", table)
+                .field("partition_key", partition_key)
+                .field("sort_key", sort_key)
+                .field("partition_value", partition_value)
+                .finish(),
             StoreChoice::Memory => f.write_str("Memory"),
             StoreChoice::Redis {
                 urls,
@@ -201,10 +218,46 @@ impl WorkerConfig {
         if get("IDEMPOTENCY_KEY_PREFIX").is_some() {
             problems.push("IDEMPOTENCY_KEY_PREFIX was renamed IDEMPOTENCY_REDIS_NAMESPACE: set that (same value) and remove the old one".into());
         }
-        let store = match get("IDEMPOTENCY_STORE").as_deref() {
+        let key_settings = [
+            "IDEMPOTENCY_TABLE_PARTITION_KEY",
+            "IDEMPOTENCY_TABLE_SORT_KEY",
+            "IDEMPOTENCY_TABLE_PARTITION_VALUE",
+        ];
+        let store_kind = get("IDEMPOTENCY_STORE");
+        if !matches!(store_kind.as_deref(), None | Some("dynamodb")) {
+            for name in key_settings.iter().filter(|name| get(name).is_some()) {
+                problems.push(format!(
+                    "{name} is set but IDEMPOTENCY_STORE is {:?}: the table's key settings are for the DynamoDB store",
+                    store_kind.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        let store = match store_kind.as_deref() {
             Some("memory") => Some(StoreChoice::Memory),
             None | Some("dynamodb") => match get("IDEMPOTENCY_TABLE") {
-                Some(table) => Some(StoreChoice::DynamoDb { table }),
+                Some(table) => {
+                    let partition_key =
+                        get("IDEMPOTENCY_TABLE_PARTITION_KEY").unwrap_or_else(|| "id".into());
+                    let sort_key = get("IDEMPOTENCY_TABLE_SORT_KEY");
+                    let partition_value = get("IDEMPOTENCY_TABLE_PARTITION_VALUE");
+                    if sort_key.as_deref() == Some(partition_key.as_str()) {
+                        problems.push(format!(
+                            "IDEMPOTENCY_TABLE_SORT_KEY and IDEMPOTENCY_TABLE_PARTITION_KEY are both {partition_key:?}: a table's sort key is another attribute than its partition key"
+                        ));
+                    }
+                    if partition_value.is_some() && sort_key.is_none() {
+                        problems.push("IDEMPOTENCY_TABLE_PARTITION_VALUE is set without IDEMPOTENCY_TABLE_SORT_KEY: the partition value is only used with a sort key (the stored id goes into the sort key); set the sort key's name too".into());
+                    }
+                    if partition_value.as_ref().is_some_and(|v| v.len() > 2048) {
+                        problems.push("IDEMPOTENCY_TABLE_PARTITION_VALUE is longer than DynamoDB's 2048 bytes for a partition key".into());
+                    }
+                    Some(StoreChoice::DynamoDb {
+                        table,
+                        partition_key,
+                        sort_key,
+                        partition_value,
+                    })
+                }
                 None => {
                     problems.push("IDEMPOTENCY_TABLE is not set (the DynamoDB table for idempotency records; or set IDEMPOTENCY_STORE=memory for a local run)".into());
                     None
@@ -367,12 +420,95 @@ mod tests {
         assert_eq!(
             c.store,
             StoreChoice::DynamoDb {
-                table: "idem".into()
+                table: "idem".into(),
+                partition_key: "id".into(),
+                sort_key: None,
+                partition_value: None,
             }
         );
         assert_eq!(c.model_base_url, "https://models.example");
         assert_eq!(c.model_api_key.as_deref(), Some("sk-1"));
         assert_eq!(c.expires_after, Some(Duration::from_secs(1_209_600)));
+    }
+
+    #[test]
+    fn a_single_table_takes_its_keys_and_partition_value() {
+        let c = config(&[
+            ("IDEMPOTENCY_TABLE", "app"),
+            ("IDEMPOTENCY_TABLE_PARTITION_KEY", "pk"),
+            ("IDEMPOTENCY_TABLE_SORT_KEY", "sk"),
+            (
+                "IDEMPOTENCY_TABLE_PARTITION_VALUE",
+                "idempotency#model-worker",
+            ),
+            ("MODEL_BASE_URL", "http://x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.store,
+            StoreChoice::DynamoDb {
+                table: "app".into(),
+                partition_key: "pk".into(),
+                sort_key: Some("sk".into()),
+                partition_value: Some("idempotency#model-worker".into()),
+            }
+        );
+        // The template passes empty values for settings it was not given.
+        let c = config(&[
+            ("IDEMPOTENCY_TABLE", "idem"),
+            ("IDEMPOTENCY_TABLE_SORT_KEY", " "),
+            ("IDEMPOTENCY_TABLE_PARTITION_VALUE", ""),
+            ("MODEL_BASE_URL", "http://x"),
+        ])
+        .unwrap();
+        assert!(
+            matches!(&c.store, StoreChoice::DynamoDb { sort_key: None, partition_value: None, partition_key, .. } if partition_key == "id"),
+            "{:?}",
+            c.store
+        );
+    }
+
+    #[test]
+    fn single_table_settings_that_cannot_work_fail_the_start_up() {
+        for (vars, says) in [
+            (
+                vec![("IDEMPOTENCY_TABLE_PARTITION_VALUE", "idempotency#w")],
+                "IDEMPOTENCY_TABLE_PARTITION_VALUE is set without IDEMPOTENCY_TABLE_SORT_KEY",
+            ),
+            (
+                vec![("IDEMPOTENCY_TABLE_SORT_KEY", "id")],
+                "IDEMPOTENCY_TABLE_SORT_KEY and IDEMPOTENCY_TABLE_PARTITION_KEY are both \"id\"",
+            ),
+            (
+                vec![
+                    ("IDEMPOTENCY_TABLE_PARTITION_KEY", "PK"),
+                    ("IDEMPOTENCY_TABLE_SORT_KEY", "PK"),
+                ],
+                "are both \"PK\"",
+            ),
+            (
+                vec![
+                    ("IDEMPOTENCY_TABLE_SORT_KEY", "sk"),
+                    ("IDEMPOTENCY_TABLE_PARTITION_VALUE", &"p".repeat(2049)),
+                ],
+                "longer than DynamoDB's 2048 bytes",
+            ),
+            (
+                vec![
+                    ("IDEMPOTENCY_STORE", "memory"),
+                    ("IDEMPOTENCY_TABLE_SORT_KEY", "sk"),
+                ],
+                "IDEMPOTENCY_TABLE_SORT_KEY is set but IDEMPOTENCY_STORE is \"memory\"",
+            ),
+        ] {
+            let mut all = vec![
+                ("IDEMPOTENCY_TABLE", "idem"),
+                ("MODEL_BASE_URL", "http://x"),
+            ];
+            all.extend(vars);
+            let err = config(&all).expect_err(says);
+            assert!(err.to_string().contains(says), "{err}");
+        }
     }
 
     #[test]

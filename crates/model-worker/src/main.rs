@@ -19,7 +19,18 @@ async fn main() -> Result<(), Error> {
             std::process::exit(2);
         }
     };
-    let worker = Worker::from_config(&config).await?;
+    // So does a store that cannot work: a server that does not answer, a DynamoDB table
+    // that is missing, unreadable, or keyed otherwise than configured.
+    let worker = match Worker::from_config(&config).await {
+        Ok(worker) => worker,
+        Err(e) => {
+            tracing::error!(
+                "model-worker: cannot start: {}",
+                lambda_idempotency::report(&*e)
+            );
+            std::process::exit(2);
+        }
+    };
     // Several invocations share one process when AWS_LAMBDA_MAX_CONCURRENCY > 1; the
     // worker (idempotency handle, HTTP client) is shared between them.
     lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<_>| {

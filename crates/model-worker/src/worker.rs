@@ -8,6 +8,7 @@ use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use lambda_idempotency::store::dynamodb::AttributeNames;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
     KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError, SqsBatch,
@@ -150,8 +151,28 @@ impl Worker {
     /// A worker as configured by the environment.
     pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
         let builder = match &config.store {
-            StoreChoice::DynamoDb { table } => {
-                Idempotency::builder(DynamoDbStore::from_env(table.clone()).await)
+            StoreChoice::DynamoDb {
+                table,
+                partition_key,
+                sort_key,
+                partition_value,
+            } => {
+                let mut names = AttributeNames::default();
+                names.id = partition_key.clone();
+                let mut store = DynamoDbStore::from_env(table.clone())
+                    .await
+                    .attribute_names(names);
+                if let Some(sort_key) = sort_key {
+                    store = store.sort_key_attr(sort_key);
+                }
+                if let Some(value) = partition_value {
+                    store = store.partition_key_value(value);
+                }
+                // At start-up: a missing table, a role that may not read it, or a key that
+                // is not the one configured (a sort key missing from the settings or from
+                // the table) stops the worker before any message.
+                store.check_table().await?;
+                Idempotency::builder(store)
             }
             StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
             #[cfg(feature = "redis")]

@@ -9,7 +9,8 @@
 //!   slows or redirects connections; [`certs`]: test certificates.
 //! - With the `dynamodb` feature (on by default): the local DynamoDB test server
 //!   (`tests/servers/dynamodb_server.py`): [`endpoint`], [`client`], and [`TestTable`] with
-//!   the server's control API (request counts, reset, fault injection).
+//!   the server's control API (request counts, reset, fault injection); tables with a sort
+//!   key, and on the second emulator, dynalite ([`Emulator`]).
 //! - With the `stores` feature (on by default): [`stores::TestStore`], every idempotency
 //!   store on its test server, and [`every_backend!`], which runs a test once per store.
 
@@ -24,4 +25,4 @@ pub mod stores;
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 #[cfg(feature = "dynamodb")]
-pub use dynamodb::{ENDPOINT_ENV, TestTable, client, endpoint};
+pub use dynamodb::{DYNALITE_ENDPOINT_ENV, ENDPOINT_ENV, Emulator, TestTable, client, endpoint};

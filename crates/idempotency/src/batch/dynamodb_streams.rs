@@ -1,13 +1,11 @@
 //! DynamoDB Streams: a shard's changes in order, images as plain JSON.
 
 use super::record::{BatchRecord, GroupRule};
-use super::settings::{Settings, batch_setters, stream_setters};
-use super::{BatchError, BatchReport, InvalidBody, dynamodb_json, record};
+use super::settings::{Settings, batch_entry_points, batch_setters, stream_setters};
+use super::{BatchReport, InvalidBody, dynamodb_json, record};
 use crate::error::BoxError;
-use crate::invocation;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
-use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::future::Future;
@@ -84,6 +82,21 @@ batch_setters!(
     "records (only with `continue_past_failures`)"
 );
 stream_setters!(DynamoDbStreamBatch);
+batch_entry_points!(
+    DynamoDbStreamBatch,
+    Event,
+    EventRecord,
+    StreamChange,
+    DynamoDbEventResponse,
+    "each record's new image converted to plain JSON and parsed into `B` (a record without a new image does not parse either)"
+);
+
+/// A record's change, its new image parsed.
+fn json_input<B: DeserializeOwned>(record: EventRecord) -> Result<(B, StreamChange), InvalidBody> {
+    let change = StreamChange::from_record(record)?;
+    let image = change.new_image_as()?;
+    Ok((image, change))
+}
 
 impl BatchRecord for EventRecord {
     fn item_id(&self) -> Option<String> {
@@ -177,75 +190,6 @@ impl DynamoDbStreamBatch {
     /// A processor that keeps the shard's order.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Runs `handler` on every record and builds the partial batch response.
-    pub async fn run<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<Event>,
-        handler: F,
-    ) -> Result<DynamoDbEventResponse, BatchError>
-    where
-        F: Fn(EventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report(event, handler).await.into_response()
-    }
-
-    /// Like [`run`](Self::run), with each record's new image converted to plain JSON and
-    /// parsed into `B` first. A record without a new image, or whose image does not convert
-    /// or parse, is a [`MalformedBody`](crate::FailureKind::MalformedBody) failure and the
-    /// handler does not run.
-    pub async fn run_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<Event>,
-        handler: F,
-    ) -> Result<DynamoDbEventResponse, BatchError>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, StreamChange) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report_json(event, handler).await.into_response()
-    }
-
-    /// Like [`run_json`](Self::run_json), returning what happened to each record.
-    pub async fn report_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<Event>,
-        handler: F,
-    ) -> BatchReport<T, DynamoDbEventResponse>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, StreamChange) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let handler = &handler;
-        self.report(event, move |record: EventRecord| async move {
-            let change = StreamChange::from_record(record)?;
-            let image: B = change.new_image_as()?;
-            handler(image, change).await.map_err(Into::into)
-        })
-        .await
-    }
-
-    /// Runs `handler` on every record and returns what happened to each.
-    pub async fn report<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<Event>,
-        handler: F,
-    ) -> BatchReport<T, DynamoDbEventResponse>
-    where
-        F: Fn(EventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let deadline = invocation::context_deadline_at(&event.context, self.settings.clock.now());
-        self.report_records(event.payload.records, deadline, handler)
-            .await
     }
 
     /// Runs `handler` on `records` within an invocation that ends at `deadline`.

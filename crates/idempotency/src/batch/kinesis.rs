@@ -1,13 +1,11 @@
 //! Kinesis Data Streams: a shard's records in order, reported by sequence number.
 
 use super::record::{BatchRecord, GroupRule};
-use super::settings::{Settings, batch_setters, stream_setters};
-use super::{BatchError, BatchReport, record};
+use super::settings::{Settings, batch_entry_points, batch_setters, stream_setters};
+use super::{BatchReport, InvalidBody, record};
 use crate::error::BoxError;
-use crate::invocation;
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::time::SystemTime;
@@ -76,6 +74,23 @@ pub struct KinesisBatch {
 
 batch_setters!(KinesisBatch, "records (only with `continue_past_failures`)");
 stream_setters!(KinesisBatch);
+batch_entry_points!(
+    KinesisBatch,
+    KinesisEvent,
+    KinesisEventRecord,
+    KinesisEventRecord,
+    KinesisEventResponse,
+    "each record's decoded data parsed as JSON into `B`"
+);
+
+/// A record's decoded data parsed as JSON.
+fn json_input<B: DeserializeOwned>(
+    record: KinesisEventRecord,
+) -> Result<(B, KinesisEventRecord), InvalidBody> {
+    let item_id = record.item_id();
+    let body = record::json_from_slice(item_id.as_deref(), &record.kinesis.data.0)?;
+    Ok((body, record))
+}
 
 impl BatchRecord for KinesisEventRecord {
     fn item_id(&self) -> Option<String> {
@@ -87,75 +102,6 @@ impl KinesisBatch {
     /// A processor that keeps the shard's order.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Runs `handler` on every record and builds the partial batch response.
-    pub async fn run<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<KinesisEvent>,
-        handler: F,
-    ) -> Result<KinesisEventResponse, BatchError>
-    where
-        F: Fn(KinesisEventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report(event, handler).await.into_response()
-    }
-
-    /// Like [`run`](Self::run), with each record's decoded data parsed as JSON into `B`
-    /// first: data that does not parse is a
-    /// [`MalformedBody`](crate::FailureKind::MalformedBody) failure and the handler does
-    /// not run.
-    pub async fn run_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<KinesisEvent>,
-        handler: F,
-    ) -> Result<KinesisEventResponse, BatchError>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, KinesisEventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report_json(event, handler).await.into_response()
-    }
-
-    /// Like [`run_json`](Self::run_json), returning what happened to each record.
-    pub async fn report_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<KinesisEvent>,
-        handler: F,
-    ) -> BatchReport<T, KinesisEventResponse>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, KinesisEventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let handler = &handler;
-        self.report(event, move |record: KinesisEventRecord| async move {
-            let item_id = record.item_id();
-            let body: B = record::json_from_slice(item_id.as_deref(), &record.kinesis.data.0)?;
-            handler(body, record).await.map_err(Into::into)
-        })
-        .await
-    }
-
-    /// Runs `handler` on every record and returns what happened to each.
-    pub async fn report<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<KinesisEvent>,
-        handler: F,
-    ) -> BatchReport<T, KinesisEventResponse>
-    where
-        F: Fn(KinesisEventRecord) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let deadline = invocation::context_deadline_at(&event.context, self.settings.clock.now());
-        self.report_records(event.payload.records, deadline, handler)
-            .await
     }
 
     /// Runs `handler` on `records` within an invocation that ends at `deadline`.

@@ -140,3 +140,81 @@ macro_rules! stream_setters {
 
 #[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
 pub(super) use stream_setters;
+
+/// `run`, `run_json`, `report_json` and `report` of a batch type, written once: each type
+/// gives its event, record, response and JSON input types, and defines
+/// `json_input(record) -> Result<(B, $input), InvalidBody>` (how a record becomes the
+/// handler's parsed input) and `report_records` (how its records are grouped).
+macro_rules! batch_entry_points {
+    ($ty:ident, $event:ty, $record:ty, $input:ty, $response:ty, $json_doc:literal) => {
+        impl $ty {
+            /// Runs `handler` on every record and builds the partial batch response.
+            pub async fn run<T, E, F, Fut>(
+                &self,
+                event: lambda_runtime::LambdaEvent<$event>,
+                handler: F,
+            ) -> Result<$response, crate::BatchError>
+            where
+                F: Fn($record) -> Fut,
+                Fut: std::future::Future<Output = Result<T, E>>,
+                E: Into<crate::BoxError>,
+            {
+                self.report(event, handler).await.into_response()
+            }
+
+            #[doc = concat!("Like [`run`](Self::run), with ", $json_doc, " first: one that does not parse is a [`MalformedBody`](crate::FailureKind::MalformedBody) failure, and the handler does not run.")]
+            pub async fn run_json<B, T, E, F, Fut>(
+                &self,
+                event: lambda_runtime::LambdaEvent<$event>,
+                handler: F,
+            ) -> Result<$response, crate::BatchError>
+            where
+                B: serde::de::DeserializeOwned,
+                F: Fn(B, $input) -> Fut,
+                Fut: std::future::Future<Output = Result<T, E>>,
+                E: Into<crate::BoxError>,
+            {
+                self.report_json(event, handler).await.into_response()
+            }
+
+            /// Like [`run_json`](Self::run_json), returning what happened to each record.
+            pub async fn report_json<B, T, E, F, Fut>(
+                &self,
+                event: lambda_runtime::LambdaEvent<$event>,
+                handler: F,
+            ) -> crate::BatchReport<T, $response>
+            where
+                B: serde::de::DeserializeOwned,
+                F: Fn(B, $input) -> Fut,
+                Fut: std::future::Future<Output = Result<T, E>>,
+                E: Into<crate::BoxError>,
+            {
+                let handler = &handler;
+                self.report(event, move |record: $record| async move {
+                    let (body, input) = json_input::<B>(record)?;
+                    handler(body, input).await.map_err(Into::into)
+                })
+                .await
+            }
+
+            /// Runs `handler` on every record and returns what happened to each.
+            pub async fn report<T, E, F, Fut>(
+                &self,
+                event: lambda_runtime::LambdaEvent<$event>,
+                handler: F,
+            ) -> crate::BatchReport<T, $response>
+            where
+                F: Fn($record) -> Fut,
+                Fut: std::future::Future<Output = Result<T, E>>,
+                E: Into<crate::BoxError>,
+            {
+                let now = self.settings.clock.now();
+                let deadline = crate::invocation::context_deadline_at(&event.context, now);
+                self.report_records(event.payload.records, deadline, handler)
+                    .await
+            }
+        }
+    };
+}
+
+pub(super) use batch_entry_points;

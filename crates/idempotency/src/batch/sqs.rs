@@ -1,12 +1,10 @@
 //! SQS: records one by one, or in FIFO message groups.
 
 use super::record::{BatchRecord, GroupRule};
-use super::settings::{Settings, batch_setters};
-use super::{BatchError, BatchReport, InvalidBody, fifo, record};
+use super::settings::{Settings, batch_entry_points, batch_setters};
+use super::{BatchReport, InvalidBody, fifo, record};
 use crate::error::BoxError;
-use crate::invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::time::SystemTime;
@@ -70,6 +68,14 @@ pub struct SqsBatch {
 }
 
 batch_setters!(SqsBatch, "records (FIFO: message groups)");
+batch_entry_points!(
+    SqsBatch,
+    SqsEvent,
+    SqsMessage,
+    SqsMessage,
+    SqsBatchResponse,
+    "each body parsed as JSON into `B`"
+);
 
 impl BatchRecord for SqsMessage {
     fn item_id(&self) -> Option<String> {
@@ -81,72 +87,6 @@ impl SqsBatch {
     /// A processor running up to 10 records at once (an SQS batch's default size).
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Runs `handler` on every record and builds the partial batch response.
-    pub async fn run<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-        handler: F,
-    ) -> Result<SqsBatchResponse, BatchError>
-    where
-        F: Fn(SqsMessage) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report(event, handler).await.into_response()
-    }
-
-    /// Like [`run`](Self::run), with each body parsed as JSON into `B` first: a body that
-    /// does not parse is a [`FailureKind::MalformedBody`](crate::FailureKind::MalformedBody) failure and the handler does not run.
-    pub async fn run_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-        handler: F,
-    ) -> Result<SqsBatchResponse, BatchError>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, SqsMessage) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        self.report_json(event, handler).await.into_response()
-    }
-
-    /// Like [`run_json`](Self::run_json), returning what happened to each record.
-    pub async fn report_json<B, T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-        handler: F,
-    ) -> BatchReport<T>
-    where
-        B: DeserializeOwned,
-        F: Fn(B, SqsMessage) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let handler = &handler;
-        self.report(event, move |message: SqsMessage| async move {
-            let body: B = json_body(&message)?;
-            handler(body, message).await.map_err(Into::into)
-        })
-        .await
-    }
-
-    /// Runs `handler` on every record and returns what happened to each.
-    pub async fn report<T, E, F, Fut>(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-        handler: F,
-    ) -> BatchReport<T>
-    where
-        F: Fn(SqsMessage) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Into<BoxError>,
-    {
-        let deadline = invocation::context_deadline_at(&event.context, self.settings.clock.now());
-        self.report_records(event.payload.records, deadline, handler)
-            .await
     }
 
     /// Runs `handler` on `records` within an invocation that ends at `deadline`.
@@ -177,13 +117,16 @@ impl SqsBatch {
     }
 }
 
-/// Parses a message body as JSON, with a clear error naming the message.
-fn json_body<B: DeserializeOwned>(message: &SqsMessage) -> Result<B, InvalidBody> {
-    match message.body.as_deref() {
-        Some(body) => record::json_from_slice(message.message_id.as_deref(), body.as_bytes()),
-        None => Err(InvalidBody {
-            item_id: message.message_id.clone().unwrap_or_default(),
-            reason: "the message has no body".into(),
-        }),
-    }
+/// A message's body parsed as JSON, with a clear error naming the message.
+fn json_input<B: DeserializeOwned>(message: SqsMessage) -> Result<(B, SqsMessage), InvalidBody> {
+    let body = match message.body.as_deref() {
+        Some(body) => record::json_from_slice(message.message_id.as_deref(), body.as_bytes())?,
+        None => {
+            return Err(InvalidBody {
+                item_id: message.message_id.clone().unwrap_or_default(),
+                reason: "the message has no body".into(),
+            });
+        }
+    };
+    Ok((body, message))
 }

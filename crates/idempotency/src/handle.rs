@@ -373,16 +373,26 @@ impl Idempotency {
     {
         info!("a twin of this record is running in this batch: waiting for its result");
         // Waits no longer than the batch does: a twin still waiting when the batch answers
-        // is in progress, not unfinished.
-        let settled = match invocation {
-            Some(invocation) => {
-                let left = crate::clock::until(self.now(), invocation.answer_by)
-                    .saturating_sub(lease::COMPLETION_HEADROOM / 2);
-                match tokio::time::timeout(left, twin.settled()).await {
-                    Ok(settled) => settled,
-                    Err(_) => Some(Settled::InProgress(invocation.deadline)),
-                }
-            }
+        // is in progress, not unfinished. Nor longer than the registry allows (an HTTP
+        // caller's patience).
+        let now = self.now();
+        let batch_left = invocation.map(|invocation| {
+            crate::clock::until(now, invocation.answer_by)
+                .saturating_sub(lease::COMPLETION_HEADROOM / 2)
+        });
+        let left = match (batch_left, twin.max_wait) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let settled = match left {
+            Some(left) => match tokio::time::timeout(left, twin.settled()).await {
+                Ok(settled) => settled,
+                // The twin's lease is not known here: its invocation's end, or a second.
+                Err(_) => Some(Settled::InProgress(invocation.map_or_else(
+                    || crate::clock::add(self.now(), std::time::Duration::from_secs(1)),
+                    |i| i.deadline,
+                ))),
+            },
             None => twin.settled().await,
         };
         let key = || id.to_owned();

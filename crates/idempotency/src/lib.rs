@@ -63,6 +63,9 @@ mod config;
 mod engine;
 mod error;
 mod handle;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 mod invocation;
 mod key;
 mod layer;

@@ -215,6 +215,10 @@ pub fn from_epoch_millis(millis: u64) -> SystemTime {
 }
 
 /// A token unique to this claim: 64 random bits, this process's start time and a counter.
+/// The length of every lease token [`new_lease_token`] makes.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) const LEASE_TOKEN_LEN: usize = 40;
+
 pub(crate) fn new_lease_token() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -236,6 +240,13 @@ pub(crate) fn new_lease_token() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_lease_token_has_the_length_the_http_layer_counts() {
+        for _ in 0..100 {
+            assert_eq!(new_lease_token().len(), LEASE_TOKEN_LEN);
+        }
+    }
 
     fn record(status: Status, exp_s: u64, lease_ms: Option<u64>) -> Record {
         Record {

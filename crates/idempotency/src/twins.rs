@@ -59,6 +59,16 @@ pub(crate) async fn scope<F: std::future::Future>(fut: F) -> F::Output {
     IN_FLIGHT.scope(Arc::default(), fut).await
 }
 
+/// Runs `fut` with `in_flight` as its registry: one that outlives an invocation, shared by
+/// the concurrent requests of one HTTP layer.
+#[cfg(feature = "http")]
+pub(crate) async fn scope_in<F: std::future::Future>(
+    in_flight: Arc<InFlight>,
+    fut: F,
+) -> F::Output {
+    IN_FLIGHT.scope(in_flight, fut).await
+}
+
 /// The enclosing batch invocation's registry, if any.
 pub(crate) fn current() -> Option<Arc<InFlight>> {
     IN_FLIGHT.try_with(Arc::clone).ok()
@@ -68,6 +78,9 @@ pub(crate) fn current() -> Option<Arc<InFlight>> {
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     calls: Mutex<HashMap<(usize, String), Call>>,
+    /// How long a twin waits at most, besides the invocation's own bound (an HTTP
+    /// caller's patience).
+    max_wait: Option<std::time::Duration>,
 }
 
 #[derive(Debug)]
@@ -99,10 +112,21 @@ pub(crate) struct Running {
 pub(crate) struct Twin {
     /// The running call's validation hash: a twin whose payload differs is a mismatch.
     pub(crate) validation: Option<String>,
+    /// The registry's bound on the wait.
+    pub(crate) max_wait: Option<std::time::Duration>,
     settled: watch::Receiver<Option<Settled>>,
 }
 
 impl InFlight {
+    /// A registry whose twins wait at most `max_wait`.
+    #[cfg(feature = "http")]
+    pub(crate) fn waiting_at_most(max_wait: std::time::Duration) -> Self {
+        InFlight {
+            calls: Mutex::default(),
+            max_wait: Some(max_wait),
+        }
+    }
+
     /// Enters the call to `id` of the handle `handle` (its address: two handles over two
     /// stores may use the same ids).
     pub(crate) fn enter(
@@ -117,6 +141,7 @@ impl InFlight {
         if let Some(call) = calls.get(&key) {
             return Entered::Twin(Twin {
                 validation: call.validation.clone(),
+                max_wait: self.max_wait,
                 settled: call.settled.subscribe(),
             });
         }

@@ -191,13 +191,13 @@ impl Engine {
                 }));
             }
         };
-        let limits = self.store.limits();
-        let size = limits.record_overhead_bytes
-            + claim.id.len()
-            + data.len()
-            + claim.lease_token.len()
-            + claim.validation.as_ref().map_or(0, String::len);
-        let max = limits.max_record_bytes;
+        let size = self.record_size(
+            claim.id.len(),
+            data.len(),
+            claim.lease_token.len(),
+            claim.validation.as_ref().map_or(0, String::len),
+        );
+        let max = self.store.limits().max_record_bytes;
         let too_large = size > max;
         if too_large {
             error!(
@@ -267,6 +267,17 @@ impl Engine {
                 warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; it will be taken over when its lease ends")
             }
         }
+    }
+
+    /// The size a record counts against the store's limit, from the lengths of its parts.
+    pub(crate) fn record_size(
+        &self,
+        id: usize,
+        data: usize,
+        lease_token: usize,
+        validation: usize,
+    ) -> usize {
+        self.store.limits().record_overhead_bytes + id + data + lease_token + validation
     }
 
     /// The time, from the clock seam.

@@ -1,0 +1,336 @@
+//! The service: one request from its key to its answer.
+
+use super::header::{self, IDEMPOTENT_REPLAYED, KeyProblem};
+use super::layer::Settings;
+use super::problem::Problem;
+use super::scope::Resolved;
+use super::stored::{StoredResponse, fingerprint};
+use super::wait::{self, Polled};
+use crate::error::{BoxError, Error, ExecuteError, report};
+use crate::invocation::context_deadline;
+use crate::operation::Outcome;
+use crate::record::LEASE_TOKEN_LEN;
+use crate::twins;
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use lambda_runtime::tower::{Service, ServiceExt};
+use serde_json::json;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+/// The service [`IdempotencyKeyLayer`](super::IdempotencyKeyLayer) wraps around `S`.
+#[derive(Clone)]
+pub struct IdempotencyKeyService<S> {
+    pub(crate) inner: S,
+    pub(crate) settings: Arc<Settings>,
+}
+
+impl<S> fmt::Debug for IdempotencyKeyService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyKeyService")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The service's future.
+pub type ResponseFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyKeyService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ResBody::Data: Send,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    /// Always ready: each request calls a clone of the inner service, made ready then.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let inner = self.inner.clone();
+        let settings = self.settings.clone();
+        Box::pin(async move { respond(&settings, inner, request).await })
+    }
+}
+
+/// Why the handler's response is not stored: the claim is released and the response (or
+/// the error) goes to the caller as it is.
+enum Unstored<B, E> {
+    /// Its status is not one the rule stores.
+    Status(Response<B>),
+    /// It is larger than the store's record.
+    TooLarge(Response<B>),
+    /// Its body failed while it was read.
+    Body(BoxError),
+    /// The handler failed.
+    Inner(E),
+}
+
+impl<B, E> fmt::Display for Unstored<B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unstored::Status(r) => write!(
+                f,
+                "the handler answered {}, which is not stored",
+                r.status()
+            ),
+            Unstored::TooLarge(_) => f.write_str("the handler's response is too large to store"),
+            Unstored::Body(e) => write!(f, "the handler's response body failed: {e}"),
+            Unstored::Inner(_) => f.write_str("the handler failed"),
+        }
+    }
+}
+
+async fn respond<S, ReqBody, ResBody>(
+    s: &Settings,
+    inner: S,
+    request: Request<ReqBody>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let (parts, body) = request.into_parts();
+    let key = match header::read_key(&parts.headers, &s.header, s.max_key_len) {
+        Ok(Some(key)) => key,
+        Ok(None) if !s.required => return inner.oneshot(Request::from_parts(parts, body)).await,
+        Ok(None) => {
+            return Ok(s.problem(
+                Problem::KeyMissing,
+                &KeyProblem::Missing.detail(&s.header),
+                None,
+            ));
+        }
+        Err(why) => return Ok(s.problem(Problem::KeyInvalid, &why.detail(&s.header), None)),
+    };
+    let scope = match s.scope.resolve(&parts) {
+        Resolved::Caller(caller) => caller,
+        Resolved::Everyone => "*".to_owned(),
+        Resolved::Nobody => {
+            warn!(scope = ?s.scope, "refused a request whose caller the scope does not find");
+            return Ok(s.problem(
+                Problem::CallerUnidentified,
+                "the caller could not be identified, so its idempotency key cannot be kept apart from other callers' keys",
+                None,
+            ));
+        }
+    };
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let e: BoxError = e.into();
+            warn!(error = %report(e.as_ref()), "could not read the request body");
+            return Ok(s.problem(
+                Problem::BodyUnreadable,
+                "the request body could not be read",
+                None,
+            ));
+        }
+    };
+    let payload = json!({
+        "scope": scope,
+        "key": key,
+        "fingerprint": fingerprint(&parts, &s.fingerprint_headers, &body),
+    });
+    let deadline = parts
+        .extensions
+        .get::<lambda_runtime::Context>()
+        .and_then(context_deadline);
+    let idempotency = &s.idempotency;
+    let id = match idempotency.idempotency_id(&s.operation, &payload) {
+        Ok(id) => id,
+        Err(e) => return Ok(s.error_problem(&e)),
+    };
+    let give_up_at = s.wait.map(|wait| {
+        let at = crate::clock::add(idempotency.now(), wait);
+        // Answers before the invocation ends, with a second to spare.
+        deadline.map_or(at, |d| {
+            at.min(d.checked_sub(Duration::from_secs(1)).unwrap_or(d))
+        })
+    });
+    loop {
+        // The handler's own response, when it ran: returned as it is, headers and all,
+        // whatever the store did afterwards.
+        let ran: Mutex<Option<Response<ResBody>>> = Mutex::new(None);
+        // The closure owns its clone of the handler, so the future needs no `S: Sync`.
+        let (handler, parts, body, ran_slot, id) = (inner.clone(), &parts, &body, &ran, &id);
+        let run = move || async move {
+            let request = Request::from_parts(parts.clone(), ReqBody::from(body.to_vec()));
+            let response = handler.oneshot(request).await.map_err(Unstored::Inner)?;
+            let (response_parts, response_body) = response.into_parts();
+            let bytes: Bytes = match response_body.collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) => return Err(Unstored::Body(e.into())),
+            };
+            let status = response_parts.status;
+            let stored =
+                StoredResponse::new(status, &response_parts.headers, &s.replay_headers, &bytes);
+            let response = Response::from_parts(response_parts, ResBody::from(bytes.to_vec()));
+            if !(s.store_rule)(status) {
+                return Err(Unstored::Status(response));
+            }
+            if !s.fits(id, &stored) {
+                error!(%status, "the response is too large to store: it is returned, and its key is released so a retry runs the handler again");
+                return Err(Unstored::TooLarge(response));
+            }
+            *ran_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
+            Ok(stored)
+        };
+        let execute = idempotency.execute_inner(&s.operation, &payload, deadline, run);
+        let result = match &s.in_flight {
+            Some(in_flight) => twins::scope_in(in_flight.clone(), execute).await,
+            None => execute.await,
+        };
+        let ran = ran.into_inner().unwrap_or_else(|p| p.into_inner());
+        let waiting = match result {
+            Ok((stored, outcome)) => return Ok(s.answer(stored, outcome, ran)),
+            Err(ExecuteError::Function(unstored)) => {
+                return match unstored {
+                    Unstored::Status(response) | Unstored::TooLarge(response) => Ok(response),
+                    Unstored::Inner(e) => Err(e),
+                    Unstored::Body(e) => {
+                        warn!(error = %report(e.as_ref()), "the handler's response body failed");
+                        Ok(s.problem(
+                            Problem::ResponseUnreadable,
+                            "the handler's response could not be read",
+                            None,
+                        ))
+                    }
+                };
+            }
+            Err(ExecuteError::Idempotency(e)) => {
+                if let Some(response) = ran {
+                    warn!(error = %report(&e), "the handler ran but its response was not stored; returning it");
+                    return Ok(response);
+                }
+                match e {
+                    Error::AlreadyInProgress { retry_after, .. } => retry_after,
+                    // A twin in this process failed and released the key: run it here.
+                    Error::TwinFailed {
+                        retryable: true, ..
+                    } => Duration::from_secs(1),
+                    e => return Ok(s.error_problem(&e)),
+                }
+            }
+        };
+        let Some(give_up_at) = give_up_at else {
+            return Ok(s.in_progress(waiting));
+        };
+        match wait::poll(idempotency, id, &payload, &s.operation, give_up_at, waiting).await {
+            Polled::Completed(stored) => return Ok(s.answer(stored, Outcome::Replayed, None)),
+            Polled::Claimable => continue,
+            Polled::InProgress(retry_after) => return Ok(s.in_progress(retry_after)),
+            Polled::Failed(e) => return Ok(s.error_problem(&e)),
+        }
+    }
+}
+
+impl Settings {
+    fn problem<B: From<Vec<u8>>>(
+        &self,
+        problem: Problem,
+        detail: &str,
+        retry_after: Option<Duration>,
+    ) -> Response<B> {
+        problem.response(&self.problem_base, detail, retry_after)
+    }
+
+    fn in_progress<B: From<Vec<u8>>>(&self, retry_after: Duration) -> Response<B> {
+        self.problem(
+            Problem::InProgress,
+            "a request with this idempotency key is still being processed; retry after the time Retry-After gives",
+            Some(retry_after),
+        )
+    }
+
+    /// Whether `stored` fits the store's record for `id`, by the sum the engine checks.
+    fn fits(&self, id: &str, stored: &StoredResponse) -> bool {
+        let Ok(data) = serde_json::to_string(stored) else {
+            return false;
+        };
+        let engine = &self.idempotency.engine;
+        let size = engine.record_size(id.len(), data.len(), LEASE_TOKEN_LEN, 64);
+        size <= engine.store.limits().max_record_bytes
+    }
+
+    /// The answer to a call that went through: the handler's own response when it ran
+    /// here, the stored one (marked as a replay) otherwise.
+    fn answer<B: From<Vec<u8>>>(
+        &self,
+        stored: StoredResponse,
+        outcome: Outcome,
+        ran: Option<Response<B>>,
+    ) -> Response<B> {
+        if let Some(response) = ran.filter(|_| outcome.ran()) {
+            info!(?outcome, "answered with the handler's response");
+            return response;
+        }
+        match stored.to_response::<B>() {
+            Ok(mut response) => {
+                info!(
+                    ?outcome,
+                    status = stored.status,
+                    "replayed the stored response"
+                );
+                response
+                    .headers_mut()
+                    .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+                response
+            }
+            Err(why) => {
+                error!(why, "the stored response cannot be replayed");
+                self.problem(
+                    Problem::StoreFailed,
+                    "the stored response for this idempotency key cannot be read",
+                    None,
+                )
+            }
+        }
+    }
+
+    /// The answer to the idempotency layer's own error.
+    fn error_problem<B: From<Vec<u8>>>(&self, e: &Error) -> Response<B> {
+        match e {
+            Error::AlreadyInProgress { retry_after, .. } => self.in_progress(*retry_after),
+            Error::PayloadMismatch { .. } => self.problem(
+                Problem::KeyReused,
+                "this idempotency key was already used with another request (method, path, query, body or a fingerprinted header differ)",
+                None,
+            ),
+            e if e.is_retryable() => {
+                warn!(error = %report(e), "the idempotency store failed; answering 503");
+                self.problem(
+                    Problem::StoreUnavailable,
+                    "the idempotency store is unavailable; retry later",
+                    Some(Duration::from_secs(1)),
+                )
+            }
+            e => {
+                error!(error = %report(e), "the idempotency layer failed; answering 500");
+                self.problem(Problem::StoreFailed, "the idempotency store failed", None)
+            }
+        }
+    }
+}

@@ -1,0 +1,736 @@
+//! The HTTP `Idempotency-Key` layer, through lambda_http's own adapter (the code
+//! `lambda_http::run` runs) with an event of each kind: REST API, HTTP API, ALB and
+//! Function URL. Over the memory store, counted by the fault wrapper; every store over
+//! real HTTP is in the workspace's `tests/tests/every_backend/http.rs`.
+#![cfg(feature = "lambda-http")]
+
+use lambda_http::request::LambdaRequest;
+use lambda_http::tower::{Service, ServiceBuilder};
+use lambda_http::{Adapter, Body, Context, LambdaEvent, Request, Response};
+use lambda_idempotency::http::{CallerScope, IdempotencyKeyLayer};
+use lambda_idempotency::store::StoreOp;
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::{Idempotency, MemoryStore};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+const REST: &str = include_str!("../../../events/rest-api-request.json");
+const HTTP_API: &str = include_str!("../../../events/http-api-request.json");
+const ALB: &str = include_str!("../../../events/alb-request.json");
+const FUNCTION_URL: &str = include_str!("../../../events/function-url-request.json");
+
+/// A handler that counts its calls and does what the `x-test` header says (a comma-separated
+/// list): `status=N`, `binary`, `size=N` (a body of N bytes), `fail`, `gate` (waits for a
+/// permit first). Headers
+/// other than the named ones are not in the fingerprint, so a test can change the
+/// handler's answer without changing the request.
+#[derive(Clone)]
+struct App {
+    calls: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl App {
+    fn new() -> Self {
+        App {
+            calls: Arc::default(),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn handle(self, request: Request) -> Result<Response<Body>, lambda_http::Error> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let tests: Vec<String> = request
+            .headers()
+            .get("x-test")
+            .map(|v| v.to_str().unwrap().split(',').map(str::to_owned).collect())
+            .unwrap_or_default();
+        let has = |t: &str| tests.iter().any(|x| x == t);
+        let value = |prefix: &str| tests.iter().find_map(|x| x.strip_prefix(prefix));
+        if has("gate") {
+            let _permit = self.gate.acquire().await.unwrap();
+        }
+        if has("fail") {
+            return Err("the handler failed".into());
+        }
+        let content_type = if has("binary") {
+            "application/octet-stream"
+        } else {
+            "application/json"
+        };
+        let response = Response::builder()
+            .header("content-type", content_type)
+            .header("x-call", n.to_string());
+        let body = if has("binary") {
+            Body::from(vec![0x89, b'P', b'N', b'G', 0x00, 0xff, 0xfe, n as u8])
+        } else if let Some(size) = value("size=") {
+            Body::from("x".repeat(size.parse().unwrap()))
+        } else {
+            let echo = String::from_utf8_lossy(request.body()).into_owned();
+            Body::from(json!({"call": n, "echo": echo}).to_string())
+        };
+        let status = value("status=").map_or(200, |s| s.parse().unwrap());
+        Ok(response.status(status).body(body).unwrap())
+    }
+}
+
+impl Service<Request> for App {
+    type Response = Response<Body>;
+    type Error = lambda_http::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response<Body>, lambda_http::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        Box::pin(self.clone().handle(request))
+    }
+}
+
+/// The layered service, as lambda_http runs it.
+type Handler = lambda_idempotency::http::IdempotencyKeyService<App>;
+
+fn layered(app: &App, layer: IdempotencyKeyLayer) -> Handler {
+    ServiceBuilder::new().layer(layer).service(app.clone())
+}
+
+/// An answer as the runtime sends it back: status, headers (lower case), body bytes.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+}
+
+/// Sends `event` (edited by `edit`) through the adapter.
+async fn send(service: &Handler, event: &str, edit: impl FnOnce(&mut Value)) -> Answer {
+    let mut event: Value = serde_json::from_str(event).unwrap();
+    edit(&mut event);
+    let request: LambdaRequest = serde_json::from_value(event).unwrap();
+    let mut adapter = Adapter::from(service.clone());
+    std::future::poll_fn(|cx| adapter.poll_ready(cx))
+        .await
+        .unwrap();
+    let response = adapter
+        .call(LambdaEvent::new(request, Context::default()))
+        .await
+        .unwrap_or_else(|e| panic!("the invocation failed: {e:?}"));
+    let response = serde_json::to_value(response).unwrap();
+    let mut headers = HashMap::new();
+    for (name, value) in response["headers"].as_object().into_iter().flatten() {
+        headers.insert(name.to_lowercase(), value.as_str().unwrap().to_owned());
+    }
+    for (name, values) in response["multiValueHeaders"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        headers.insert(name.to_lowercase(), values[0].as_str().unwrap().to_owned());
+    }
+    let body = response["body"].as_str().unwrap_or("");
+    let body = if response["isBase64Encoded"] == true {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap()
+    } else {
+        body.as_bytes().to_vec()
+    };
+    Answer {
+        status: response["statusCode"].as_u64().unwrap() as u16,
+        headers,
+        body,
+    }
+}
+
+fn set_header(event: &mut Value, name: &str, value: &str) {
+    event["headers"][name] = json!(value);
+    if event.get("multiValueHeaders").is_some() {
+        event["multiValueHeaders"][name] = json!([value]);
+    }
+}
+
+fn remove_header(event: &mut Value, name: &str) {
+    for field in ["headers", "multiValueHeaders"] {
+        if let Some(headers) = event[field].as_object_mut() {
+            headers.retain(|k, _| !k.eq_ignore_ascii_case(name));
+        }
+    }
+}
+
+fn store() -> FaultyStore<MemoryStore> {
+    FaultyStore::new(MemoryStore::new())
+}
+
+fn layer(store: &FaultyStore<MemoryStore>) -> lambda_idempotency::http::IdempotencyKeyLayerBuilder {
+    IdempotencyKeyLayer::builder(Idempotency::new(store.clone()), "generate")
+}
+
+#[tokio::test]
+async fn each_event_kind_runs_once_and_replays_with_the_replay_header() {
+    for (kind, event) in [
+        ("REST API", REST),
+        ("HTTP API", HTTP_API),
+        ("ALB", ALB),
+        ("Function URL", FUNCTION_URL),
+    ] {
+        let store = store();
+        let app = App::new();
+        // API Gateway's authorizer, or (ALB has none) the bearer token.
+        let scope = CallerScope::lambda_authorizer().or(CallerScope::authorization_header());
+        let service = layered(&app, layer(&store).scope(scope).build().unwrap());
+        let first = send(&service, event, |_| {}).await;
+        let second = send(&service, event, |_| {}).await;
+        assert_eq!((first.status, second.status), (200, 200), "{kind}");
+        assert_eq!(app.calls(), 1, "{kind}: one handler call for two requests");
+        assert_eq!(first.body, second.body, "{kind}: the same body");
+        assert!(!first.replayed() && second.replayed(), "{kind}");
+        assert_eq!(
+            first.header("x-call"),
+            Some("1"),
+            "{kind}: the handler's own headers"
+        );
+        assert_eq!(
+            second.header("x-call"),
+            None,
+            "{kind}: only allowed headers replay"
+        );
+        assert_eq!(second.header("content-type"), Some("application/json"));
+        assert_eq!(
+            (
+                store.requests(StoreOp::Claim),
+                store.requests(StoreOp::Complete)
+            ),
+            (2, 1),
+            "{kind}: 2 store requests for the first, 1 for the replay"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_authorizer_keeps_callers_apart() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let ada = send(&service, REST, |_| {}).await;
+    let bob = send(&service, REST, |e| {
+        e["requestContext"]["authorizer"]["principalId"] = json!("user-bob")
+    })
+    .await;
+    let bob_again = send(&service, REST, |e| {
+        e["requestContext"]["authorizer"]["principalId"] = json!("user-bob")
+    })
+    .await;
+    assert_eq!(
+        app.calls(),
+        2,
+        "the same key from two callers is two requests"
+    );
+    assert_eq!(ada.json()["call"], 1);
+    assert_eq!(bob.json()["call"], 2, "bob never sees ada's response");
+    assert_eq!(bob_again.json()["call"], 2);
+    assert!(bob_again.replayed());
+    // JWT subjects of the HTTP API, and IAM callers of a Function URL, likewise.
+    let other_sub = send(&service, HTTP_API, |e| {
+        e["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = json!("user-bob")
+    })
+    .await;
+    let ada_jwt = send(&service, HTTP_API, |_| {}).await;
+    assert!(!other_sub.replayed() && !ada_jwt.replayed());
+    assert_eq!(app.calls(), 4);
+}
+
+#[tokio::test]
+async fn without_a_caller_the_default_scope_refuses_with_401() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    // ALB events carry no identity; nor does an HTTP API without an authorizer.
+    let alb = send(&service, ALB, |_| {}).await;
+    let bare = send(&service, HTTP_API, |e| {
+        e["requestContext"]
+            .as_object_mut()
+            .unwrap()
+            .remove("authorizer");
+    })
+    .await;
+    for answer in [&alb, &bare] {
+        assert_eq!(answer.status, 401);
+        assert_eq!(
+            answer.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert!(
+            answer.json()["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("#caller-unidentified")
+        );
+    }
+    assert_eq!(app.calls(), 0);
+    assert_eq!(store.total_requests(), 0);
+}
+
+#[tokio::test]
+async fn a_missing_key_is_400_unless_the_key_is_optional() {
+    let store = store();
+    let app = App::new();
+    let required = layered(&app, layer(&store).build().unwrap());
+    let answer = send(&required, HTTP_API, |e| remove_header(e, "idempotency-key")).await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.json()["status"], 400);
+    assert!(
+        answer.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#key-missing")
+    );
+    assert_eq!(app.calls(), 0);
+
+    let optional = layered(&app, layer(&store).optional().build().unwrap());
+    for _ in 0..2 {
+        let answer = send(&optional, HTTP_API, |e| remove_header(e, "idempotency-key")).await;
+        assert_eq!(answer.status, 200);
+        assert!(!answer.replayed());
+    }
+    assert_eq!(app.calls(), 2, "without a key, each request runs");
+    assert_eq!(store.total_requests(), 0);
+}
+
+#[tokio::test]
+async fn a_malformed_or_oversized_key_is_400_with_its_reason() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    for bad in ["\"unterminated", "has space", &"k".repeat(256), "\"\""] {
+        let answer = send(&service, HTTP_API, |e| {
+            set_header(e, "idempotency-key", bad)
+        })
+        .await;
+        assert_eq!(answer.status, 400, "{bad:?}");
+        assert!(
+            answer.json()["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("#key-invalid")
+        );
+        assert!(
+            answer.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("idempotency-key")
+        );
+    }
+    assert_eq!(app.calls(), 0);
+}
+
+#[tokio::test]
+async fn the_quoted_and_the_bare_key_are_one_key_in_any_header_case() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    // The REST event keeps `Idempotency-Key` as the client wrote it.
+    let quoted = send(&service, REST, |_| {}).await;
+    let bare = send(&service, REST, |e| {
+        remove_header(e, "idempotency-key");
+        set_header(e, "IDEMPOTENCY-KEY", "5b7c1a52-rest");
+    })
+    .await;
+    assert_eq!(app.calls(), 1);
+    assert!(!quoted.replayed() && bare.replayed());
+}
+
+#[tokio::test]
+async fn a_reused_key_with_another_request_is_422() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .fingerprint_headers(["x-model-version"])
+            .build()
+            .unwrap(),
+    );
+    send(&service, HTTP_API, |_| {}).await;
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let edits: [(&str, Edit); 4] = [
+        ("body", Box::new(|e| e["body"] = json!("{\"other\":1}"))),
+        ("path", Box::new(|e| e["rawPath"] = json!("/generate/v2"))),
+        (
+            "query",
+            Box::new(|e| e["rawQueryString"] = json!("stream=true")),
+        ),
+        (
+            "header",
+            Box::new(|e| set_header(e, "x-model-version", "2")),
+        ),
+    ];
+    for (what, edit) in edits {
+        let answer = send(&service, HTTP_API, edit).await;
+        assert_eq!(answer.status, 422, "another {what}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert!(
+            answer.json()["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("#key-reused")
+        );
+    }
+    // A header that is not fingerprinted does not count.
+    let answer = send(&service, HTTP_API, |e| set_header(e, "x-other", "1")).await;
+    assert!(answer.replayed());
+    assert_eq!(app.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_twin_in_progress_is_409_with_retry_after_then_a_replay() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(twin.status, 409);
+    assert!(
+        twin.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#request-in-progress")
+    );
+    let retry_after: u64 = twin.header("retry-after").unwrap().parse().unwrap();
+    // No deadline here: the lease is the handle's default, 15 minutes.
+    assert!((1..=900).contains(&retry_after), "{retry_after}");
+    app.gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status, 200);
+    let after = send(&service, HTTP_API, |_| {}).await;
+    assert!(after.replayed());
+    assert_eq!(app.calls(), 1);
+}
+
+#[tokio::test]
+async fn waiting_for_a_twin_in_this_process_reads_nothing_from_the_store() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.gate.add_permits(1);
+    let (first, twin) = (first.await.unwrap(), twin.await.unwrap());
+    assert_eq!((first.status, twin.status), (200, 200));
+    assert_eq!(first.body, twin.body);
+    assert!(twin.replayed());
+    assert_eq!(app.calls(), 1);
+    assert_eq!(
+        (store.requests(StoreOp::Claim), store.requests(StoreOp::Get)),
+        (1, 0),
+        "the twin waited in memory: no claim, no read"
+    );
+}
+
+#[tokio::test]
+async fn waiting_for_a_twin_elsewhere_reads_its_record_with_backoff() {
+    let store = store();
+    let app = App::new();
+    // Two layers over two handles: two Lambda environments on one table.
+    let here = layered(&app, layer(&store).build().unwrap());
+    let elsewhere = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let here = here.clone();
+        async move { send(&here, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = tokio::spawn({
+        let elsewhere = elsewhere.clone();
+        async move { send(&elsewhere, HTTP_API, |_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    app.gate.add_permits(1);
+    let (first, twin) = (first.await.unwrap(), twin.await.unwrap());
+    assert_eq!(twin.status, 200);
+    assert_eq!(first.body, twin.body);
+    assert!(twin.replayed());
+    assert_eq!(app.calls(), 1);
+    let reads = store.requests(StoreOp::Get);
+    // Pauses of 50, 100, 200, 400 ms...: about 4 reads in 400 ms, not one per millisecond.
+    assert!((2..=6).contains(&reads), "{reads} reads");
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_is_409() {
+    let store = store();
+    let app = App::new();
+    let here = layered(&app, layer(&store).build().unwrap());
+    let impatient = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let here = here.clone();
+        async move { send(&here, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = send(&impatient, HTTP_API, |_| {}).await;
+    assert_eq!(twin.status, 409);
+    assert!(twin.header("retry-after").is_some());
+    app.gate.add_permits(1);
+    first.await.unwrap();
+    assert_eq!(app.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_twin_released_while_waited_for_runs_here() {
+    let store = store();
+    let app = App::new();
+    let here = layered(&app, layer(&store).build().unwrap());
+    let elsewhere = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    // The first answers 503: not stored, its key released; the waiting twin then runs.
+    let first = tokio::spawn({
+        let here = here.clone();
+        async move {
+            send(&here, HTTP_API, |e| {
+                set_header(e, "x-test", "gate,status=503")
+            })
+            .await
+        }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = tokio::spawn({
+        let elsewhere = elsewhere.clone();
+        async move { send(&elsewhere, HTTP_API, |_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status, 503);
+    let twin = twin.await.unwrap();
+    assert_eq!(twin.status, 200);
+    assert!(!twin.replayed());
+    assert_eq!(twin.json()["call"], 2, "the twin ran the handler itself");
+}
+
+#[tokio::test]
+async fn responses_a_retry_may_change_are_not_stored() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    for status in ["503", "500", "429", "408"] {
+        let header = format!("status={status}");
+        let first = send(&service, HTTP_API, |e| set_header(e, "x-test", &header)).await;
+        assert_eq!(first.status.to_string(), status);
+        assert!(
+            first.header("x-call").is_some(),
+            "the handler's own response"
+        );
+    }
+    assert_eq!(app.calls(), 4, "each released its key, so each retry ran");
+    assert_eq!(store.requests(StoreOp::Release), 4);
+    // A deterministic client error is stored and replayed.
+    let not_found = send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "status=404")
+    })
+    .await;
+    let again = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!((not_found.status, again.status), (404, 404));
+    assert!(again.replayed());
+    assert_eq!(app.calls(), 5);
+}
+
+#[tokio::test]
+async fn the_store_rule_is_the_users_to_change() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .store_when(|status| status.is_success())
+            .build()
+            .unwrap(),
+    );
+    send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "status=404")
+    })
+    .await;
+    send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "status=404")
+    })
+    .await;
+    assert_eq!(app.calls(), 2, "a 404 is not stored under this rule");
+}
+
+#[tokio::test]
+async fn a_handler_error_releases_the_key_and_reaches_the_runtime() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let mut event: Value = serde_json::from_str(HTTP_API).unwrap();
+    set_header(&mut event, "x-test", "fail");
+    let request: LambdaRequest = serde_json::from_value(event).unwrap();
+    let error = Adapter::from(service.clone())
+        .call(LambdaEvent::new(request, Context::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "the handler failed");
+    assert_eq!(store.requests(StoreOp::Release), 1);
+    let retry = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!((retry.status, app.calls()), (200, 2));
+}
+
+#[tokio::test]
+async fn a_binary_body_replays_byte_for_byte() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let first = send(&service, FUNCTION_URL, |e| {
+        set_header(e, "x-test", "binary")
+    })
+    .await;
+    let second = send(&service, FUNCTION_URL, |e| {
+        set_header(e, "x-test", "binary")
+    })
+    .await;
+    assert_eq!(first.body, [0x89, b'P', b'N', b'G', 0x00, 0xff, 0xfe, 1]);
+    assert_eq!(second.body, first.body);
+    assert_eq!(
+        second.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert!(second.replayed());
+}
+
+#[tokio::test]
+async fn a_response_too_large_to_store_is_returned_and_its_key_released() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    // DynamoDB's 400 KB item is the memory store's limit too.
+    let big = send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "size=500000")
+    })
+    .await;
+    assert_eq!(big.status, 200);
+    assert_eq!(big.body.len(), 500_000);
+    assert_eq!(store.requests(StoreOp::Complete), 0);
+    assert_eq!(store.requests(StoreOp::Release), 1);
+    let retry = send(&service, HTTP_API, |e| set_header(e, "x-test", "size=10")).await;
+    assert_eq!((retry.status, retry.body.len(), app.calls()), (200, 10, 2));
+}
+
+#[tokio::test]
+async fn store_failures_are_503_or_500_never_an_unprotected_run() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    store.inject(StoreOp::Claim, Fault::Unavailable, 3);
+    let throttled = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(throttled.status, 503);
+    assert_eq!(throttled.header("retry-after"), Some("1"));
+    assert!(
+        throttled.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#store-unavailable")
+    );
+    store.inject(StoreOp::Claim, Fault::Rejected, 1);
+    let denied = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(denied.status, 500);
+    assert!(
+        denied.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#store-failed")
+    );
+    assert_eq!(app.calls(), 0);
+    // A completion that fails after the call: the handler's response still goes out.
+    store.inject(StoreOp::Complete, Fault::Rejected, 1);
+    let ran = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!((ran.status, ran.header("x-call")), (200, Some("1")));
+}
+
+#[test]
+fn settings_that_cannot_work_fail_at_build() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let build = |b: lambda_idempotency::http::IdempotencyKeyLayerBuilder| {
+        b.build().unwrap_err().to_string()
+    };
+    let layer = || IdempotencyKeyLayer::builder(idempotency.clone(), "generate");
+    assert!(build(layer().header_name("bad header")).contains("key header name"));
+    assert!(build(layer().fingerprint_headers(["a b"])).contains("fingerprint header"));
+    assert!(build(layer().replay_headers(["é"])).contains("replay header"));
+    assert!(build(layer().max_key_len(0)).contains("key length"));
+    assert!(
+        build(IdempotencyKeyLayer::builder(idempotency.clone(), "a#b")).contains("operation name")
+    );
+}

@@ -33,4 +33,4 @@ pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError, refuses_for_good};
 pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;
-pub use worker::{Answer, Delivery, Refusal, Source, Worker};
+pub use worker::{Answer, Delivery, Refusal, Source, Worker, idempotency_from_config};

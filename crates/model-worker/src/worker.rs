@@ -150,67 +150,9 @@ impl Worker {
 
     /// A worker as configured by the environment.
     pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
-        let builder = match &config.store {
-            StoreChoice::DynamoDb {
-                table,
-                partition_key,
-                sort_key,
-                partition_value,
-            } => {
-                let mut names = AttributeNames::default();
-                names.id = partition_key.clone();
-                let mut store = DynamoDbStore::from_env(table.clone())
-                    .await
-                    .attribute_names(names);
-                if let Some(sort_key) = sort_key {
-                    store = store.sort_key_attr(sort_key);
-                }
-                if let Some(value) = partition_value {
-                    store = store.partition_key_value(value);
-                }
-                // At start-up: a missing table, a role that may not read it, or a key that
-                // is not the one configured (a sort key missing from the settings or from
-                // the table) stops the worker before any message.
-                store.check_table().await?;
-                Idempotency::builder(store)
-            }
-            StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
-            #[cfg(feature = "redis")]
-            StoreChoice::Redis {
-                urls,
-                cluster,
-                namespace,
-            } => {
-                use lambda_idempotency::store::redis::RedisStore;
-                let store = if *cluster {
-                    RedisStore::connect_cluster(urls.clone()).await?
-                } else {
-                    RedisStore::connect(&urls[0]).await?
-                };
-                Idempotency::builder(store.namespace(namespace.clone()))
-            }
-            #[cfg(feature = "postgres")]
-            StoreChoice::Postgres { url, table } => {
-                let store = lambda_idempotency::store::postgres::PostgresStore::from_url(
-                    url,
-                    table.clone(),
-                )?;
-                // At start-up: a wrong URL, password or certificate stops the worker before
-                // any message, and the first message does not pay for the connection.
-                store.ensure_connected().await?;
-                Idempotency::builder(store)
-            }
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(format!("this build has no store for {other:?}").into());
-            }
-        };
-        let builder = match config.expires_after {
-            Some(expiry) => builder.expires_after(expiry),
-            None => builder,
-        };
+        let idempotency = idempotency_from_config(config).await?;
         let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
-        Ok(Self::new(builder.build(), model))
+        Ok(Self::new(idempotency, model))
     }
 
     /// The Lambda handler for any of the three sources: the event's `eventSource` decides
@@ -381,4 +323,68 @@ fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> 
         "batch done"
     );
     Ok(report.into_response()?)
+}
+
+/// The idempotency handle the environment configures (`IDEMPOTENCY_STORE` and the rest),
+/// its store checked: a missing or mis-keyed table, or a server that does not answer,
+/// fails here, at start-up. Shared with the HTTP example (`model-api`).
+pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
+    let builder = match &config.store {
+        StoreChoice::DynamoDb {
+            table,
+            partition_key,
+            sort_key,
+            partition_value,
+        } => {
+            let mut names = AttributeNames::default();
+            names.id = partition_key.clone();
+            let mut store = DynamoDbStore::from_env(table.clone())
+                .await
+                .attribute_names(names);
+            if let Some(sort_key) = sort_key {
+                store = store.sort_key_attr(sort_key);
+            }
+            if let Some(value) = partition_value {
+                store = store.partition_key_value(value);
+            }
+            // At start-up: a missing table, a role that may not read it, or a key that
+            // is not the one configured (a sort key missing from the settings or from
+            // the table) stops the worker before any message.
+            store.check_table().await?;
+            Idempotency::builder(store)
+        }
+        StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
+        #[cfg(feature = "redis")]
+        StoreChoice::Redis {
+            urls,
+            cluster,
+            namespace,
+        } => {
+            use lambda_idempotency::store::redis::RedisStore;
+            let store = if *cluster {
+                RedisStore::connect_cluster(urls.clone()).await?
+            } else {
+                RedisStore::connect(&urls[0]).await?
+            };
+            Idempotency::builder(store.namespace(namespace.clone()))
+        }
+        #[cfg(feature = "postgres")]
+        StoreChoice::Postgres { url, table } => {
+            let store =
+                lambda_idempotency::store::postgres::PostgresStore::from_url(url, table.clone())?;
+            // At start-up: a wrong URL, password or certificate stops the worker before
+            // any message, and the first message does not pay for the connection.
+            store.ensure_connected().await?;
+            Idempotency::builder(store)
+        }
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(format!("this build has no store for {other:?}").into());
+        }
+    };
+    let builder = match config.expires_after {
+        Some(expiry) => builder.expires_after(expiry),
+        None => builder,
+    };
+    Ok(builder.build())
 }

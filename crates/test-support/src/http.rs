@@ -114,6 +114,48 @@ pub async fn request_with(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> Result<(u16, String), String> {
+    let reply = send(method, url, headers, body.unwrap_or_default().as_bytes()).await?;
+    Ok((
+        reply.status,
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    ))
+}
+
+/// A whole answer: status, headers (names lower case, in order) and body bytes.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// Every header, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (panics, with the body, if it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// Sends one request on a connection of its own to an `http://` URL and returns the whole
+/// answer.
+pub async fn send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Reply, String> {
     let fail = |e: &dyn std::fmt::Display| format!("{method} {url}: {e}");
     let uri: hyper::Uri = url.parse().map_err(|e| fail(&e))?;
     let (Some("http"), Some(host)) = (uri.scheme_str(), uri.authority()) else {
@@ -135,19 +177,32 @@ pub async fn request_with(
         builder = builder.header(*name, *value);
     }
     let request = builder
-        .body(Full::new(Bytes::copy_from_slice(
-            body.unwrap_or_default().as_bytes(),
-        )))
+        .body(Full::new(Bytes::copy_from_slice(body)))
         .map_err(|e| fail(&e))?;
     let response = sender.send_request(request).await.map_err(|e| fail(&e))?;
     let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
     let body = response
         .into_body()
         .collect()
         .await
         .map_err(|e| fail(&e))?
-        .to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        .to_bytes()
+        .to_vec();
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ REQUIRED_OUTPUTS = {
     "FunctionName",
     "FunctionArn",
     "IdempotencyTableName",
+    "ModelApiUrl",
 }
 
 
@@ -265,8 +266,16 @@ def statements(doc) -> list:
     return out
 
 
+def functions(cfn: dict) -> list:
+    """Every Lambda function of the template (the worker and the HTTP API)."""
+    return sorted(resources(cfn, "AWS::Lambda::Function"))
+
+
 def check_least_privilege(cfn: dict) -> list:
-    _, function, _ = sqs_mapping(cfn)
+    return [f"{f}: {p}" for f in functions(cfn) for p in least_privilege_of(cfn, f)]
+
+
+def least_privilege_of(cfn: dict, function: str) -> list:
     role_ref = cfn["Resources"][function]["Properties"]["Role"]
     role_name = role_ref.get("Fn::GetAtt", [None])[0] if isinstance(role_ref, dict) else None
     if role_name not in resources(cfn, "AWS::IAM::Role"):
@@ -326,18 +335,18 @@ def check_table_kept(cfn: dict) -> list:
 
 
 def check_api_key_only_as_secret(cfn: dict) -> list:
-    _, function, _ = sqs_mapping(cfn)
-    env = function_env(cfn, function)
     problems = []
-    if "MODEL_API_KEY" in env:
-        problems.append("MODEL_API_KEY is a plain environment variable")
     params = cfn.get("Parameters", {})
-    for var, value in env.items():
-        for p in refs(value):
-            if params.get(p, {}).get("NoEcho"):
-                problems.append(f"{var} carries the NoEcho parameter {p}")
-    if env.get("MODEL_API_KEY_SECRET_ARN") != {"Ref": "ModelApiKeySecretArn"}:
-        problems.append("MODEL_API_KEY_SECRET_ARN is not the ModelApiKeySecretArn parameter")
+    for function in functions(cfn):
+        env = function_env(cfn, function)
+        if "MODEL_API_KEY" in env:
+            problems.append(f"{function}: MODEL_API_KEY is a plain environment variable")
+        for var, value in env.items():
+            for p in refs(value):
+                if params.get(p, {}).get("NoEcho"):
+                    problems.append(f"{function}: {var} carries the NoEcho parameter {p}")
+        if env.get("MODEL_API_KEY_SECRET_ARN") != {"Ref": "ModelApiKeySecretArn"}:
+            problems.append(f"{function}: MODEL_API_KEY_SECRET_ARN is not the ModelApiKeySecretArn parameter")
     conditions = cfn.get("Conditions", {})
     if conditions.get("HasApiKeySecret") != {"Fn::Not": [{"Fn::Equals": [{"Ref": "ModelApiKeySecretArn"}, ""]}]}:
         problems.append("HasApiKeySecret is not `ModelApiKeySecretArn is given`")
@@ -394,18 +403,50 @@ def check_concurrency_and_batching(cfn: dict) -> list:
 
 
 def check_logs(cfn: dict) -> list:
-    _, function, _ = sqs_mapping(cfn)
-    p = cfn["Resources"][function]["Properties"]
     problems = []
-    if p.get("LoggingConfig", {}).get("LogFormat") != "JSON":
-        problems.append("the function's logs are not JSON")
-    groups = [
-        g
-        for g in resources(cfn, "AWS::Logs::LogGroup").values()
-        if g["Properties"].get("LogGroupName") == {"Fn::Sub": f"/aws/lambda/${{{function}}}"}
-    ]
-    if len(groups) != 1 or "RetentionInDays" not in groups[0]["Properties"]:
-        problems.append("no log group with a retention for the function")
+    for function in functions(cfn):
+        p = cfn["Resources"][function]["Properties"]
+        if p.get("LoggingConfig", {}).get("LogFormat") != "JSON":
+            problems.append(f"{function}'s logs are not JSON")
+        groups = [
+            g
+            for g in resources(cfn, "AWS::Logs::LogGroup").values()
+            if g["Properties"].get("LogGroupName") == {"Fn::Sub": f"/aws/lambda/${{{function}}}"}
+        ]
+        if len(groups) != 1 or "RetentionInDays" not in groups[0]["Properties"]:
+            problems.append(f"no log group with a retention for {function}")
+    return problems
+
+
+def check_http_api_callers_identified(cfn: dict) -> list:
+    """The HTTP API scopes keys by the IAM caller: its Function URL must require SigV4, and
+    its function must use the shared table (its ids carry its own function name)."""
+    urls = resources(cfn, "AWS::Lambda::Url")
+    if len(urls) != 1:
+        return [f"expected one Function URL, found {len(urls)}"]
+    url = next(iter(urls.values()))["Properties"]
+    problems = []
+    if url.get("AuthType") != "AWS_IAM":
+        problems.append(f"the Function URL's AuthType is {url.get('AuthType')}, not AWS_IAM: callers would not be identified")
+    function = url.get("TargetFunctionArn", {}).get("Ref")
+    if function not in functions(cfn):
+        return problems + [f"the Function URL targets {function}, no function of this template"]
+    env = function_env(cfn, function)
+    table = next(iter(resources(cfn, "AWS::DynamoDB::Table")), None)
+    if env.get("IDEMPOTENCY_TABLE") != {"Ref": table}:
+        problems.append(f"{function} is not given the table {table}")
+    if "IDEMPOTENCY_WAIT_FOR_IN_PROGRESS_MS" not in env:
+        problems.append(f"{function} has no IDEMPOTENCY_WAIT_FOR_IN_PROGRESS_MS")
+    timeout = cfn["Resources"][function]["Properties"].get("Timeout", 3)
+    wait = env.get("IDEMPOTENCY_WAIT_FOR_IN_PROGRESS_MS")
+    for values in cases(cfn, refs(timeout) | refs(wait)):
+        try:
+            t, w = number(evaluate(cfn, timeout, values)), number(evaluate(cfn, wait, values))
+        except Unknown as e:
+            problems.append(f"with {values}: cannot evaluate {e}")
+            continue
+        if w / 1000 >= t:
+            problems.append(f"with {values}: a wait of {w:g} ms does not end before the timeout of {t:g} s")
     return problems
 
 
@@ -424,12 +465,31 @@ INVARIANTS = [
     check_alarms,
     check_concurrency_and_batching,
     check_logs,
+    check_http_api_callers_identified,
     check_outputs,
 ]
 
 # One mistake each, as a textual edit of template.yaml: (name, pattern, replacement, the
 # invariant that must catch it).
 SEEDED_MISTAKES = [
+    (
+        "the Function URL open to anyone (AuthType NONE)",
+        r"AuthType: AWS_IAM",
+        "AuthType: NONE",
+        check_http_api_callers_identified,
+    ),
+    (
+        "the HTTP API's role allowed to scan the table",
+        r"(\n(\s+)- dynamodb:DeleteItem)(?![\s\S]*ModelApiFunction:)",
+        r"\1\n\2- dynamodb:Scan",
+        check_least_privilege,
+    ),
+    (
+        "the HTTP API's wait allowed past its shortest timeout",
+        r"(ApiWaitForInProgressMs:\n(?:.*\n)*?\s+MaxValue:) 9000",
+        r"\1 60000",
+        check_http_api_callers_identified,
+    ),
     (
         "visibility below 6 x timeout (the 60 s row lowered)",
         r'("60":\n\s+VisibilityTimeout:) 420',
@@ -450,13 +510,13 @@ SEEDED_MISTAKES = [
     ),
     (
         "one IAM action too many (dynamodb:Scan)",
-        r"(\n(\s+)- dynamodb:DeleteItem)",
+        r"(\n(\s+)- dynamodb:DeleteItem)(?=[\s\S]*ModelApiFunction:)",
         r"\1\n\2- dynamodb:Scan",
         check_least_privilege,
     ),
     (
         "the secret readable on every resource",
-        r"(Action: secretsmanager:GetSecretValue\n\s+Resource:) !Ref ModelApiKeySecretArn",
+        r"(Action: secretsmanager:GetSecretValue\n\s+Resource:) !Ref ModelApiKeySecretArn(?=[\s\S]*ModelApiFunction:)",
         r'\1 "*"',
         check_least_privilege,
     ),
@@ -474,7 +534,7 @@ SEEDED_MISTAKES = [
     ),
     (
         "the API key as a plain environment variable",
-        r"(\n(\s+)MODEL_API_KEY_SECRET_ARN: !Ref ModelApiKeySecretArn)",
+        r"(\n(\s+)MODEL_API_KEY_SECRET_ARN: !Ref ModelApiKeySecretArn)(?![\s\S]*ModelApiFunction:)",
         r"\1\n\2MODEL_API_KEY: sk-plain",
         check_api_key_only_as_secret,
     ),

@@ -434,14 +434,40 @@ async fn a_twin_in_progress_is_409_with_retry_after_then_a_replay() {
             .unwrap()
             .ends_with("#request-in-progress")
     );
-    let retry_after: u64 = twin.header("retry-after").unwrap().parse().unwrap();
-    // No deadline here: the lease is the handle's default, 15 minutes.
-    assert!((1..=900).contains(&retry_after), "{retry_after}");
+    // No deadline here: the lease is the handle's default, 15 minutes; Retry-After is
+    // capped at 5 s (a retry costs one store request, and the twin may end in seconds).
+    assert_eq!(twin.header("retry-after"), Some("5"));
     app.gate.add_permits(1);
     assert_eq!(first.await.unwrap().status, 200);
     let after = send(&service, HTTP_API, |_| {}).await;
     assert!(after.replayed());
     assert_eq!(app.calls(), 1);
+}
+
+#[tokio::test]
+async fn retry_after_is_the_time_to_the_twins_lease_end_up_to_its_cap() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .max_retry_after(Duration::from_secs(3600))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = send(&service, HTTP_API, |_| {}).await;
+    // The lease: the handle's default 15 minutes, less the moments since the claim.
+    let retry_after: u64 = twin.header("retry-after").unwrap().parse().unwrap();
+    assert!((899..=900).contains(&retry_after), "{retry_after}");
+    app.gate.add_permits(1);
+    first.await.unwrap();
 }
 
 #[tokio::test]

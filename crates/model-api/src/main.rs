@@ -36,5 +36,7 @@ async fn main() -> Result<(), Error> {
             std::process::exit(2);
         }
     };
-    lambda_http::run(api).await
+    // Several requests share one process when AWS_LAMBDA_MAX_CONCURRENCY > 1 (Lambda
+    // Managed Instances; locally, `cargo lambda watch --env-var AWS_LAMBDA_MAX_CONCURRENCY=4`).
+    lambda_http::run_concurrent(api).await
 }

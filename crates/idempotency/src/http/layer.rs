@@ -34,6 +34,7 @@ pub(crate) struct Settings {
     pub(crate) replay_headers: Vec<HeaderName>,
     pub(crate) scope: CallerScope,
     pub(crate) wait: Option<Duration>,
+    pub(crate) max_retry_after: Duration,
     pub(crate) store_rule: Arc<StoreRule>,
     pub(crate) problem_base: String,
     /// The requests running now, when waiting: a twin in this process waits for its
@@ -42,6 +43,9 @@ pub(crate) struct Settings {
 }
 
 type StoreRule = dyn Fn(StatusCode) -> bool + Send + Sync;
+
+/// The default longest `Retry-After`.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Builds an [`IdempotencyKeyLayer`]; every setting is checked by
 /// [`build`](Self::build), at start-up.
@@ -55,6 +59,7 @@ pub struct IdempotencyKeyLayerBuilder {
     replay_headers: Vec<String>,
     scope: Option<CallerScope>,
     wait: Option<Duration>,
+    max_retry_after: Duration,
     store_rule: Arc<StoreRule>,
     problem_base: String,
 }
@@ -87,6 +92,7 @@ impl IdempotencyKeyLayer {
             replay_headers: vec!["content-type".to_owned(), "content-encoding".to_owned()],
             scope: None,
             wait: None,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             store_rule: Arc::new(stored::store_by_default),
             problem_base: DEFAULT_PROBLEM_BASE.to_owned(),
         }
@@ -151,6 +157,14 @@ impl IdempotencyKeyLayerBuilder {
     /// ends before the Lambda invocation does. Default: no wait.
     pub fn wait_for_in_progress(mut self, max: Duration) -> Self {
         self.wait = Some(max);
+        self
+    }
+
+    /// The longest `Retry-After` a `409` gives. It says when the twin's lease ends, which
+    /// may be minutes away (a Function URL's invocation may run 15 minutes) while the twin
+    /// finishes in seconds; a retry costs one store request. Default 5 s.
+    pub fn max_retry_after(mut self, max: Duration) -> Self {
+        self.max_retry_after = max;
         self
     }
 
@@ -223,6 +237,7 @@ impl IdempotencyKeyLayerBuilder {
                 replay_headers,
                 scope,
                 wait: self.wait,
+                max_retry_after: self.max_retry_after,
                 store_rule: self.store_rule,
                 problem_base: self.problem_base,
             }),
@@ -252,6 +267,7 @@ impl fmt::Debug for Settings {
             .field("replay_headers", &self.replay_headers)
             .field("scope", &self.scope)
             .field("wait", &self.wait)
+            .field("max_retry_after", &self.max_retry_after)
             .field("problem_base", &self.problem_base)
             .finish_non_exhaustive()
     }

@@ -54,7 +54,7 @@ mod stored;
 mod wait;
 
 pub use header::{DEFAULT_MAX_KEY_LEN, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-pub use layer::{IdempotencyKeyLayer, IdempotencyKeyLayerBuilder};
+pub use layer::{DEFAULT_MAX_RETRY_AFTER, IdempotencyKeyLayer, IdempotencyKeyLayerBuilder};
 pub use problem::DEFAULT_PROBLEM_BASE;
 pub use scope::CallerScope;
 pub use service::{IdempotencyKeyService, ResponseFuture};

@@ -261,7 +261,7 @@ impl Settings {
         self.problem(
             Problem::InProgress,
             "a request with this idempotency key is still being processed; retry after the time Retry-After gives",
-            Some(retry_after),
+            Some(retry_after.min(self.max_retry_after)),
         )
     }
 

@@ -50,6 +50,10 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/stores.md")]
 struct StoresDoctests;
+/// The HTTP guide's examples (`docs/http.md`), compiled as doctests.
+#[cfg(all(doctest, feature = "lambda-http", feature = "aws-config"))]
+#[doc = include_str!("../../../docs/http.md")]
+struct HttpDoctests;
 /// The stream guide's examples (`docs/streams.md`), compiled and run as doctests.
 #[cfg(all(doctest, feature = "kinesis"))]
 #[doc = include_str!("../../../docs/streams.md")]

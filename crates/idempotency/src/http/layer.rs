@@ -131,9 +131,10 @@ impl IdempotencyKeyLayerBuilder {
         self
     }
 
-    /// Response headers stored and replayed. Default: `content-type`. Never name one that
-    /// is the caller's alone (`set-cookie`): a replay goes to the same caller, but a
-    /// stored credential outlives its use.
+    /// Response headers stored and replayed. Default: `content-type` and
+    /// `content-encoding`, the two that say how to read the body. Never name one that is a
+    /// credential (`set-cookie`): a replay goes to the same caller, but a stored
+    /// credential outlives its use.
     pub fn replay_headers<I, S>(mut self, names: I) -> Self
     where
         I: IntoIterator<Item = S>,

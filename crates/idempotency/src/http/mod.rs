@@ -12,14 +12,15 @@
 //!   ([`IdempotencyKeyLayerBuilder::wait_for_in_progress`]);
 //! - every answer of the layer's own is `application/problem+json` (RFC 9457);
 //! - a repeated request gets the first one's status, body (byte for byte) and the headers
-//!   you allow (`content-type` by default), with `Idempotent-Replayed: true`;
+//!   you allow (`content-type` and `content-encoding` by default), with
+//!   `Idempotent-Replayed: true`;
 //! - keys are scoped to the caller ([`CallerScope`]): two callers who send the same key
 //!   never see each other's responses;
 //! - success and the client errors a retry meets again are stored; `5xx`, `408`, `425` and
 //!   `429` release the key so the retry runs ([`store_by_default`]).
 //!
-//! Where it departs from the draft or from Stripe, and why, is in the repository's
-//! `docs/http.md`.
+//! Where it departs from the draft or from Stripe, and why, and what each problem type
+//! means: the repository's `docs/http.md`.
 //!
 //! ```no_run
 //! use lambda_http::{Body, Error, Request, Response, service_fn, tower::ServiceBuilder};

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use lambda_http::tower::{ServiceBuilder, ServiceExt, service_fn};
+use lambda_http::tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::http::{CallerScope, IdempotencyKeyLayer};
 use lambda_idempotency::store::faulty::FaultyStore;
@@ -256,6 +256,54 @@ async fn a_provider_failure_is_not_stored_and_the_retry_calls_again(backend: Bac
     assert_eq!(s.provider.completion_calls(), 3);
 }
 
+/// The API through lambda_http's own adapter (what `lambda_http::run` runs) with an event
+/// of each kind: one provider call for two deliveries of each, the second a replay.
+async fn each_lambda_event_kind_calls_the_provider_once(backend: Backend) {
+    use lambda_http::request::LambdaRequest;
+    use lambda_http::{Adapter, Context, LambdaEvent};
+    let s = setup(backend, "http_event_kinds").await;
+    let idempotency = Idempotency::builder(s.store.clone())
+        .function_name("model-api")
+        .build();
+    let model = ModelClient::new(&s.provider.base_url(), None).unwrap();
+    let api = Api::new(idempotency, model, &Settings::default());
+    let events = [
+        include_str!("../../../events/rest-api-request.json"),
+        include_str!("../../../events/http-api-request.json"),
+        include_str!("../../../events/alb-request.json"),
+        include_str!("../../../events/function-url-request.json"),
+    ];
+    for (n, event) in events.into_iter().enumerate() {
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let request: LambdaRequest = serde_json::from_str(event).unwrap();
+            let response = Adapter::from(api.clone())
+                .call(LambdaEvent::new(request, Context::default()))
+                .await
+                .unwrap();
+            answers.push(serde_json::to_value(response).unwrap());
+        }
+        let header = |a: &serde_json::Value| {
+            let single = a["headers"]["idempotent-replayed"].as_str();
+            single
+                .or(a["multiValueHeaders"]["idempotent-replayed"][0].as_str())
+                .map(str::to_owned)
+        };
+        assert_eq!(answers[0]["statusCode"], 200, "event {n}: {}", answers[0]);
+        assert_eq!(answers[0]["body"], answers[1]["body"], "event {n}");
+        assert_eq!(
+            (header(&answers[0]), header(&answers[1])),
+            (None, Some("true".to_owned())),
+            "event {n}"
+        );
+        assert_eq!(
+            s.provider.completion_calls(),
+            n + 1,
+            "event {n}: one call for two deliveries"
+        );
+    }
+}
+
 /// The layer over a tower service that knows nothing of Lambda, with hyper's body type.
 async fn a_plain_tower_service_outside_lambda(backend: Backend) {
     let s = setup(backend, "http_plain").await;
@@ -309,4 +357,5 @@ test_support::every_backend!(
     a_twin_in_another_environment_is_waited_for,
     a_provider_failure_is_not_stored_and_the_retry_calls_again,
     a_plain_tower_service_outside_lambda,
+    each_lambda_event_kind_calls_the_provider_once,
 );

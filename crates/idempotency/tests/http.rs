@@ -24,8 +24,8 @@ const ALB: &str = include_str!("../../../events/alb-request.json");
 const FUNCTION_URL: &str = include_str!("../../../events/function-url-request.json");
 
 /// A handler that counts its calls and does what the `x-test` header says (a comma-separated
-/// list): `status=N`, `binary`, `size=N` (a body of N bytes), `fail`, `gate` (waits for a
-/// permit first). Headers
+/// list): `status=N`, `binary`, `size=N` (a body of N bytes), `fail`, `panic`, `gate`
+/// (waits for a permit first). Headers
 /// other than the named ones are not in the fingerprint, so a test can change the
 /// handler's answer without changing the request.
 #[derive(Clone)]
@@ -57,6 +57,9 @@ impl App {
         let value = |prefix: &str| tests.iter().find_map(|x| x.strip_prefix(prefix));
         if has("gate") {
             let _permit = self.gate.acquire().await.unwrap();
+        }
+        if has("panic") {
+            panic!("the handler panicked");
         }
         if has("fail") {
             return Err("the handler failed".into());
@@ -672,6 +675,62 @@ async fn a_handler_error_releases_the_key_and_reaches_the_runtime() {
     assert_eq!(store.requests(StoreOp::Release), 1);
     let retry = send(&service, HTTP_API, |_| {}).await;
     assert_eq!((retry.status, app.calls()), (200, 2));
+}
+
+#[tokio::test]
+async fn a_handler_panic_releases_the_key_and_resumes() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let panicked = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "panic")).await }
+    })
+    .await
+    .unwrap_err();
+    assert!(panicked.is_panic(), "the panic reaches the caller");
+    assert_eq!(
+        store.requests(StoreOp::Release),
+        1,
+        "after the key was released"
+    );
+    let retry = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(
+        (retry.status, app.calls()),
+        (200, 2),
+        "the retry runs, no 409"
+    );
+}
+
+#[tokio::test]
+async fn a_caller_that_disconnects_does_not_cancel_the_paid_work() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let request = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The caller goes away mid-call (hyper drops the future of a closed connection).
+    request.abort();
+    assert!(request.await.unwrap_err().is_cancelled());
+    app.gate.add_permits(1);
+    // The handler finishes on its own task and its response is stored.
+    for _ in 0..200 {
+        if store.requests(StoreOp::Complete) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let retry = send(&service, HTTP_API, |_| {}).await;
+    assert!(
+        retry.replayed(),
+        "the retry replays the work the first request paid for"
+    );
+    assert_eq!(app.calls(), 1);
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use crate::operation::Outcome;
 use crate::record::LEASE_TOKEN_LEN;
 use crate::twins;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -19,11 +20,12 @@ use lambda_runtime::tower::{Service, ServiceExt};
 use serde_json::json;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tracing::{error, info, warn};
+use tracing::{Instrument, Span, error, info, warn};
 
 /// The service [`IdempotencyKeyLayer`](super::IdempotencyKeyLayer) wraps around `S`.
 #[derive(Clone)]
@@ -64,10 +66,25 @@ where
         Poll::Ready(Ok(()))
     }
 
+    /// The request runs on a task of its own: a caller that disconnects (hyper drops the
+    /// future) does not cancel a handler whose work is paid for; it finishes and its
+    /// response is stored, for the retry to replay. A panic in the handler releases the
+    /// key (in the task) and resumes here.
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let inner = self.inner.clone();
         let settings = self.settings.clone();
-        Box::pin(async move { respond(&settings, inner, request).await })
+        let task = tokio::spawn(
+            async move { respond(&settings, inner, request).await }.instrument(Span::current()),
+        );
+        Box::pin(async move {
+            match task.await {
+                Ok(answer) => answer,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(e) => panic!("the idempotency task ended without an answer: {e}"),
+                },
+            }
+        })
     }
 }
 
@@ -82,6 +99,8 @@ enum Unstored<B, E> {
     Body(BoxError),
     /// The handler failed.
     Inner(E),
+    /// The handler panicked: resumed once the key is released.
+    Panicked(Box<dyn std::any::Any + Send>),
 }
 
 impl<B, E> fmt::Display for Unstored<B, E> {
@@ -95,6 +114,7 @@ impl<B, E> fmt::Display for Unstored<B, E> {
             Unstored::TooLarge(_) => f.write_str("the handler's response is too large to store"),
             Unstored::Body(e) => write!(f, "the handler's response body failed: {e}"),
             Unstored::Inner(_) => f.write_str("the handler failed"),
+            Unstored::Panicked(_) => f.write_str("the handler panicked"),
         }
     }
 }
@@ -178,7 +198,13 @@ where
         let (handler, parts, body, ran_slot, id) = (inner.clone(), &parts, &body, &ran, &id);
         let run = move || async move {
             let request = Request::from_parts(parts.clone(), ReqBody::from(body.to_vec()));
-            let response = handler.oneshot(request).await.map_err(Unstored::Inner)?;
+            let response = match AssertUnwindSafe(handler.oneshot(request))
+                .catch_unwind()
+                .await
+            {
+                Ok(response) => response.map_err(Unstored::Inner)?,
+                Err(panic) => return Err(Unstored::Panicked(panic)),
+            };
             let (response_parts, response_body) = response.into_parts();
             let bytes: Bytes = match response_body.collect().await {
                 Ok(collected) => collected.to_bytes(),
@@ -210,6 +236,7 @@ where
                 return match unstored {
                     Unstored::Status(response) | Unstored::TooLarge(response) => Ok(response),
                     Unstored::Inner(e) => Err(e),
+                    Unstored::Panicked(panic) => std::panic::resume_unwind(panic),
                     Unstored::Body(e) => {
                         warn!(error = %report(e.as_ref()), "the handler's response body failed");
                         Ok(s.problem(

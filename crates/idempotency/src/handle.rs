@@ -380,7 +380,8 @@ impl Idempotency {
             crate::clock::until(now, invocation.answer_by)
                 .saturating_sub(lease::COMPLETION_HEADROOM / 2)
         });
-        let left = match (batch_left, twin.max_wait) {
+        let caller_left = twins::wait_until().map(|until| crate::clock::until(now, until));
+        let left = match (batch_left, caller_left) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -214,11 +214,11 @@ pub fn from_epoch_millis(millis: u64) -> SystemTime {
     crate::clock::add(UNIX_EPOCH, Duration::from_millis(millis))
 }
 
-/// A token unique to this claim: 64 random bits, this process's start time and a counter.
 /// The length of every lease token [`new_lease_token`] makes.
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) const LEASE_TOKEN_LEN: usize = 40;
 
+/// A token unique to this claim: 64 random bits, this process's start time and a counter.
 pub(crate) fn new_lease_token() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

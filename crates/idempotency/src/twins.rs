@@ -28,6 +28,9 @@ pub(crate) enum Settled {
 
 tokio::task_local! {
     static IN_FLIGHT: Arc<InFlight>;
+    /// When a twin stops waiting, besides the invocation's own bound: an HTTP caller's
+    /// patience, the same bound for every join of one request.
+    static WAIT_UNTIL: std::time::SystemTime;
     /// The calls whose function is running around this future, by handle and id: a call
     /// nested in one with its own id (a shared `key_prefix`, a recursion) is no twin, it
     /// would wait for its own caller.
@@ -69,6 +72,20 @@ pub(crate) async fn scope_in<F: std::future::Future>(
     IN_FLIGHT.scope(in_flight, fut).await
 }
 
+/// Runs `fut` with its twins waiting until `until` at most.
+#[cfg(feature = "http")]
+pub(crate) async fn waiting_until<F: std::future::Future>(
+    until: std::time::SystemTime,
+    fut: F,
+) -> F::Output {
+    WAIT_UNTIL.scope(until, fut).await
+}
+
+/// The enclosing bound on waiting for a twin, if any.
+pub(crate) fn wait_until() -> Option<std::time::SystemTime> {
+    WAIT_UNTIL.try_with(|until| *until).ok()
+}
+
 /// The enclosing batch invocation's registry, if any.
 pub(crate) fn current() -> Option<Arc<InFlight>> {
     IN_FLIGHT.try_with(Arc::clone).ok()
@@ -78,9 +95,6 @@ pub(crate) fn current() -> Option<Arc<InFlight>> {
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     calls: Mutex<HashMap<(usize, String), Call>>,
-    /// How long a twin waits at most, besides the invocation's own bound (an HTTP
-    /// caller's patience).
-    max_wait: Option<std::time::Duration>,
 }
 
 #[derive(Debug)]
@@ -112,21 +126,10 @@ pub(crate) struct Running {
 pub(crate) struct Twin {
     /// The running call's validation hash: a twin whose payload differs is a mismatch.
     pub(crate) validation: Option<String>,
-    /// The registry's bound on the wait.
-    pub(crate) max_wait: Option<std::time::Duration>,
     settled: watch::Receiver<Option<Settled>>,
 }
 
 impl InFlight {
-    /// A registry whose twins wait at most `max_wait`.
-    #[cfg(feature = "http")]
-    pub(crate) fn waiting_at_most(max_wait: std::time::Duration) -> Self {
-        InFlight {
-            calls: Mutex::default(),
-            max_wait: Some(max_wait),
-        }
-    }
-
     /// Enters the call to `id` of the handle `handle` (its address: two handles over two
     /// stores may use the same ids).
     pub(crate) fn enter(
@@ -141,7 +144,6 @@ impl InFlight {
         if let Some(call) = calls.get(&key) {
             return Entered::Twin(Twin {
                 validation: call.validation.clone(),
-                max_wait: self.max_wait,
                 settled: call.settled.subscribe(),
             });
         }

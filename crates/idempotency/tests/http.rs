@@ -58,6 +58,10 @@ impl App {
         if has("gate") {
             let _permit = self.gate.acquire().await.unwrap();
         }
+        // A gate that lets exactly one call through per permit.
+        if has("gate1") {
+            self.gate.acquire().await.unwrap().forget();
+        }
         if has("panic") {
             panic!("the handler panicked");
         }
@@ -136,6 +140,16 @@ impl Answer {
 
 /// Sends `event` (edited by `edit`) through the adapter.
 async fn send(service: &Handler, event: &str, edit: impl FnOnce(&mut Value)) -> Answer {
+    send_in(service, event, edit, Context::default()).await
+}
+
+/// [`send`] with the invocation's context (its deadline).
+async fn send_in(
+    service: &Handler,
+    event: &str,
+    edit: impl FnOnce(&mut Value),
+    context: Context,
+) -> Answer {
     let mut event: Value = serde_json::from_str(event).unwrap();
     edit(&mut event);
     let request: LambdaRequest = serde_json::from_value(event).unwrap();
@@ -144,7 +158,7 @@ async fn send(service: &Handler, event: &str, edit: impl FnOnce(&mut Value)) -> 
         .await
         .unwrap();
     let response = adapter
-        .call(LambdaEvent::new(request, Context::default()))
+        .call(LambdaEvent::new(request, context))
         .await
         .unwrap_or_else(|e| panic!("the invocation failed: {e:?}"));
     let response = serde_json::to_value(response).unwrap();
@@ -334,7 +348,14 @@ async fn a_malformed_or_oversized_key_is_400_with_its_reason() {
     let store = store();
     let app = App::new();
     let service = layered(&app, layer(&store).build().unwrap());
-    for bad in ["\"unterminated", "has space", &"k".repeat(256), "\"\""] {
+    // `k1,k1`: an HTTP API joins a header sent twice with a comma.
+    for bad in [
+        "\"unterminated",
+        "has space",
+        &"k".repeat(256),
+        "\"\"",
+        "k1,k1",
+    ] {
         let answer = send(&service, HTTP_API, |e| {
             set_header(e, "idempotency-key", bad)
         })
@@ -817,5 +838,285 @@ fn settings_that_cannot_work_fail_at_build() {
     assert!(build(layer().max_key_len(0)).contains("key length"));
     assert!(
         build(IdempotencyKeyLayer::builder(idempotency.clone(), "a#b")).contains("operation name")
+    );
+}
+
+/// A REST API (or ALB) retry of the very same request, query and all, must replay; it
+/// must never be a 422. lambda_http rebuilds the URI's query from
+/// `multiValueQueryStringParameters`, a `HashMap` whose order changes with every event.
+#[tokio::test]
+async fn a_rest_or_alb_retry_with_several_query_parameters_replays() {
+    let store = store();
+    let app = App::new();
+    let scope = CallerScope::lambda_authorizer().or(CallerScope::authorization_header());
+    let service = layered(&app, layer(&store).scope(scope).build().unwrap());
+    let with_query = |e: &mut Value| {
+        let params = ["stream", "model", "temperature", "user", "region", "trace"];
+        let mut single = serde_json::Map::new();
+        let mut multi = serde_json::Map::new();
+        for (i, name) in params.iter().enumerate() {
+            single.insert(name.to_string(), json!(i.to_string()));
+            multi.insert(name.to_string(), json!([i.to_string()]));
+        }
+        e["queryStringParameters"] = Value::Object(single);
+        e["multiValueQueryStringParameters"] = Value::Object(multi);
+    };
+    let mut statuses = Vec::new();
+    for (kind, event) in [("REST", REST), ("ALB", ALB)] {
+        for _ in 0..10 {
+            statuses.push((kind, send(&service, event, with_query).await.status));
+        }
+    }
+    assert!(
+        statuses.iter().all(|(_, s)| *s == 200),
+        "the same request, sent again, answered: {statuses:?}"
+    );
+    assert_eq!(app.calls(), 2);
+}
+
+/// Two different credentials are two callers. `authorization_header()` reads the value
+/// with `from_utf8_lossy`, so two credentials that differ only in non-UTF-8 bytes (legal
+/// obs-text in a header, which hyper passes through) become one caller.
+#[tokio::test]
+async fn two_credentials_that_differ_in_any_byte_are_two_callers() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .scope(CallerScope::authorization_header())
+            .build()
+            .unwrap(),
+    );
+    let request = |credential: &[u8]| {
+        lambda_http::http::Request::builder()
+            .method("POST")
+            .uri("/generate")
+            .header("idempotency-key", "k-1")
+            .header(
+                "authorization",
+                lambda_http::http::HeaderValue::from_bytes(credential).unwrap(),
+            )
+            .body(Body::from("{}"))
+            .unwrap()
+    };
+    let mut svc = service.clone();
+    let victim = svc.call(request(b"Bearer tok-\xe9")).await.unwrap();
+    let other = svc.call(request(b"Bearer tok-\xff")).await.unwrap();
+    let _ = victim;
+    assert!(
+        !other.headers().contains_key("idempotent-replayed"),
+        "another credential was given the first caller's stored response"
+    );
+    assert_eq!(app.calls(), 2);
+}
+
+/// A 303 (or a 201 with its Location) is stored by default, but its Location is not
+/// replayed by default: the replayed redirect leads nowhere.
+#[tokio::test]
+async fn a_replayed_redirect_keeps_its_location() {
+    #[derive(Clone)]
+    struct Redirect;
+    impl Service<Request> for Redirect {
+        type Response = Response<Body>;
+        type Error = lambda_http::Error;
+        type Future = std::future::Ready<Result<Response<Body>, lambda_http::Error>>;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: Request) -> Self::Future {
+            std::future::ready(Ok(Response::builder()
+                .status(303)
+                .header("location", "/generations/42")
+                .body(Body::Empty)
+                .unwrap()))
+        }
+    }
+    let store = store();
+    let mut service = ServiceBuilder::new()
+        .layer(
+            layer(&store)
+                .scope(CallerScope::unscoped())
+                .build()
+                .unwrap(),
+        )
+        .service(Redirect);
+    let request = || {
+        lambda_http::http::Request::builder()
+            .method("POST")
+            .uri("/generate")
+            .header("idempotency-key", "k-1")
+            .body(Body::Empty)
+            .unwrap()
+    };
+    let first = service.call(request()).await.unwrap();
+    let replay = service.call(request()).await.unwrap();
+    assert_eq!(first.headers()["location"], "/generations/42");
+    assert!(replay.headers().contains_key("idempotent-replayed"));
+    assert_eq!(replay.status(), 303);
+    assert_eq!(
+        replay
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap()),
+        Some("/generations/42"),
+        "the replayed 303 has no Location"
+    );
+}
+
+/// An HTTP API (payload 2.0) with a Lambda authorizer has no principal: the default scope
+/// refuses it (401), and `lambda_authorizer_context` reads the caller from its context.
+#[tokio::test]
+async fn an_http_api_lambda_authorizer_identifies_its_caller_by_a_context_key() {
+    let store = store();
+    let app = App::new();
+    let lambda_authorizer = |user: &'static str| {
+        move |e: &mut Value| e["requestContext"]["authorizer"] = json!({"lambda": {"userId": user}})
+    };
+    let default = layered(&app, layer(&store).build().unwrap());
+    assert_eq!(
+        send(&default, HTTP_API, lambda_authorizer("ada"))
+            .await
+            .status,
+        401
+    );
+    let by_context = layered(
+        &app,
+        layer(&store)
+            .scope(CallerScope::lambda_authorizer_context("userId"))
+            .build()
+            .unwrap(),
+    );
+    let ada = send(&by_context, HTTP_API, lambda_authorizer("ada")).await;
+    let bob = send(&by_context, HTTP_API, lambda_authorizer("bob")).await;
+    let ada_again = send(&by_context, HTTP_API, lambda_authorizer("ada")).await;
+    assert_eq!((ada.status, bob.status), (200, 200));
+    assert!(!bob.replayed() && ada_again.replayed());
+    assert_eq!(app.calls(), 2);
+}
+
+/// A caller id that ends with `:` (a tenant `acme:`, a sub `user:`) is a caller: only an
+/// empty id is none. The check looks at the prefixed string's last byte.
+#[tokio::test]
+async fn a_caller_id_ending_with_a_colon_is_a_caller() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .scope(CallerScope::from_fn(|_| Some("tenant:".into())))
+            .build()
+            .unwrap(),
+    );
+    let answer = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(answer.status, 200, "refused: {:?}", answer.json());
+}
+
+/// The wait is "at most `max`": a twin that outlives two running requests in this
+/// process (the first answers 503, the next one is slow) waits `max` again for the second.
+#[tokio::test]
+async fn the_wait_never_runs_past_its_bound() {
+    let store = store();
+    let app = App::new();
+    let wait = Duration::from_millis(1000);
+    let service = layered(
+        &app,
+        layer(&store).wait_for_in_progress(wait).build().unwrap(),
+    );
+    let first = tokio::spawn({
+        let service = service.clone();
+        async move {
+            send(&service, HTTP_API, |e| {
+                set_header(e, "x-test", "gate1,status=503")
+            })
+            .await
+        }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = std::time::Instant::now();
+    // Two twins: when the first releases, one of them runs (gated: slow), the other
+    // joins it in memory.
+    let twins: Vec<_> = (0..2)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let answer = send(&service, HTTP_API, |e| set_header(e, "x-test", "gate1")).await;
+                (answer.status, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A store round trip of 300 ms for the next claims: both twins find the key free
+    // before either has claimed it in the store.
+    store.inject(StoreOp::Claim, Fault::Slow(Duration::from_millis(300)), 5);
+    app.gate.add_permits(1); // the first answers 503 and releases
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    app.gate.add_permits(10);
+    let mut results = Vec::new();
+    for t in twins {
+        results.push(t.await.unwrap());
+    }
+    first.await.unwrap();
+    let waited_409: Vec<_> = results.iter().filter(|(s, _)| *s == 409).collect();
+    assert!(
+        waited_409
+            .iter()
+            .all(|(_, took)| *took < wait + Duration::from_millis(300)),
+        "a 409 came after waiting {results:?}, past the {wait:?} bound"
+    );
+}
+
+/// With several requests per process (`run_concurrent`, as model-api runs), a twin waiting
+/// in memory must answer by the Lambda deadline less a second, as the docs promise; it
+/// waits until 50 ms before the deadline instead.
+#[tokio::test]
+async fn a_twin_waiting_in_memory_answers_a_second_before_the_deadline() {
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    );
+    let deadline_in = Duration::from_millis(2500);
+    let context = || {
+        let mut context = Context::default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        context.deadline = (now + deadline_in).as_millis() as u64;
+        context
+    };
+    let first = tokio::spawn({
+        let (service, context) = (service.clone(), context());
+        async move {
+            send_in(
+                &service,
+                HTTP_API,
+                |e| set_header(e, "x-test", "gate"),
+                context,
+            )
+            .await
+        }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = std::time::Instant::now();
+    let twin = send_in(&service, HTTP_API, |_| {}, context()).await;
+    let took = started.elapsed();
+    app.gate.add_permits(1);
+    first.await.unwrap();
+    assert_eq!(twin.status, 409);
+    assert!(
+        took <= deadline_in - Duration::from_millis(900),
+        "the twin answered after {took:?}, with the deadline {deadline_in:?} away"
     );
 }

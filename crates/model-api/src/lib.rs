@@ -103,7 +103,8 @@ impl Service<Request> for Api {
             "" => request.uri().path().to_owned(),
             raw => raw.to_owned(),
         };
-        if path != ROUTE {
+        // `/generate`, or under a custom domain's base path (`/v1/generate`).
+        if !path.ends_with(ROUTE) {
             return Box::pin(async move {
                 Ok(problem(
                     StatusCode::NOT_FOUND,

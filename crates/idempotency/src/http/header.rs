@@ -107,6 +107,9 @@ fn parse(raw: &[u8]) -> Result<String, KeyProblem> {
             Ok(key)
         }
         [b'"', ..] | [.., b'"'] => Err(KeyProblem::Malformed("an unterminated quoted string")),
+        bare if bare.contains(&b',') => Err(KeyProblem::Malformed(
+            "a comma in an unquoted key: the header was sent twice and joined, or the key needs quotes",
+        )),
         bare => {
             if bare
                 .iter()
@@ -182,6 +185,8 @@ mod tests {
             b"\"a\\nb\"",
             b"a b",
             b"a\\b",
+            b"k1,k1",
+            b"k1, k1",
             b"\"caf\xc3\xa9\"",
         ] {
             assert!(

@@ -44,6 +44,16 @@ pub(crate) struct Settings {
 
 type StoreRule = dyn Fn(StatusCode) -> bool + Send + Sync;
 
+/// The response headers replayed by default: the ones that say how to read the body, and
+/// where a `201` or a redirect points.
+pub const DEFAULT_REPLAY_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-encoding",
+    "content-language",
+    "content-disposition",
+    "location",
+];
+
 /// The default longest `Retry-After`.
 pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -89,7 +99,10 @@ impl IdempotencyKeyLayer {
             required: true,
             max_key_len: header::DEFAULT_MAX_KEY_LEN,
             fingerprint_headers: Vec::new(),
-            replay_headers: vec!["content-type".to_owned(), "content-encoding".to_owned()],
+            replay_headers: DEFAULT_REPLAY_HEADERS
+                .iter()
+                .map(|h| (*h).to_owned())
+                .collect(),
             scope: None,
             wait: None,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
@@ -131,10 +144,10 @@ impl IdempotencyKeyLayerBuilder {
         self
     }
 
-    /// Response headers stored and replayed. Default: `content-type` and
-    /// `content-encoding`, the two that say how to read the body. Never name one that is a
-    /// credential (`set-cookie`): a replay goes to the same caller, but a stored
-    /// credential outlives its use.
+    /// Response headers stored and replayed. Default [`DEFAULT_REPLAY_HEADERS`]: the ones
+    /// that say how to read the body, and `location` (where a `201` or a redirect points).
+    /// Never name one that is a credential (`set-cookie`): a replay goes to the same
+    /// caller, but a stored credential outlives its use.
     pub fn replay_headers<I, S>(mut self, names: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -228,7 +241,7 @@ impl IdempotencyKeyLayerBuilder {
         })?;
         Ok(IdempotencyKeyLayer {
             settings: Arc::new(Settings {
-                in_flight: self.wait.map(|w| Arc::new(InFlight::waiting_at_most(w))),
+                in_flight: self.wait.map(|_| Arc::new(InFlight::default())),
                 idempotency: self.idempotency,
                 operation,
                 header,

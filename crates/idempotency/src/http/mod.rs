@@ -12,12 +12,12 @@
 //!   ([`IdempotencyKeyLayerBuilder::wait_for_in_progress`]);
 //! - every answer of the layer's own is `application/problem+json` (RFC 9457);
 //! - a repeated request gets the first one's status, body (byte for byte) and the headers
-//!   you allow (`content-type` and `content-encoding` by default), with
+//!   you allow (the body's `content-*` headers and `location` by default), with
 //!   `Idempotent-Replayed: true`;
 //! - keys are scoped to the caller ([`CallerScope`]): two callers who send the same key
 //!   never see each other's responses;
-//! - success and the client errors a retry meets again are stored; `5xx`, `408`, `425` and
-//!   `429` release the key so the retry runs ([`store_by_default`]).
+//! - success and the client errors a retry meets again are stored; `5xx`, `401`, `403`,
+//!   `408`, `425` and `429` release the key so the retry runs ([`store_by_default`]).
 //!
 //! Where it departs from the draft or from Stripe, and why, and what each problem type
 //! means: the repository's `docs/http.md`.
@@ -55,7 +55,10 @@ mod stored;
 mod wait;
 
 pub use header::{DEFAULT_MAX_KEY_LEN, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-pub use layer::{DEFAULT_MAX_RETRY_AFTER, IdempotencyKeyLayer, IdempotencyKeyLayerBuilder};
+pub use layer::{
+    DEFAULT_MAX_RETRY_AFTER, DEFAULT_REPLAY_HEADERS, IdempotencyKeyLayer,
+    IdempotencyKeyLayerBuilder,
+};
 pub use problem::DEFAULT_PROBLEM_BASE;
 pub use scope::CallerScope;
 pub use service::{IdempotencyKeyService, ResponseFuture};

@@ -1,7 +1,7 @@
 //! The layer's own answers, as RFC 9457 problem details (`application/problem+json`), as
 //! the draft asks. Each has a `type` under a base the user can point at their own docs.
 
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
 use serde_json::json;
 use std::time::Duration;
@@ -99,6 +99,10 @@ impl Problem {
             CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if self == Problem::CallerUnidentified {
+            // RFC 9110 asks a 401 for a challenge.
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if let Some(after) = retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(after)));
         }

@@ -2,6 +2,7 @@
 //! clients that happen to send the same key must never see each other's responses. The
 //! scope is hashed into the stored id with the key, never stored as it is.
 
+use crate::key::sha256_hex;
 use http::request::Parts;
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ enum Source {
     Unscoped,
     #[cfg(feature = "lambda-http")]
     Authorizer,
+    #[cfg(feature = "lambda-http")]
+    AuthorizerContext(String),
     AuthorizationHeader,
     FirstOf(Vec<CallerScope>),
 }
@@ -53,16 +56,30 @@ impl CallerScope {
     }
 
     /// The principal API Gateway's authorizer found, from lambda_http's request context,
-    /// the first of: a JWT authorizer's `iss` and `sub` claims; a Lambda authorizer's
-    /// `principalId`; a Cognito user pool authorizer's `sub` claim (REST APIs); the IAM
-    /// caller's ARN (IAM authorization, Function URLs with `AWS_IAM`); the Cognito
-    /// identity; the API key's id. Nothing for ALB events, or without an authorizer.
+    /// the first of: a JWT authorizer's `iss` and `sub` claims; a REST API Lambda
+    /// authorizer's `principalId` (it must be the caller's own: AWS's sample authorizers
+    /// return the constant `user`, which would make every caller one); a Cognito user pool
+    /// authorizer's `sub` claim (REST APIs); the IAM caller's ARN (IAM authorization,
+    /// Function URLs with `AWS_IAM`; an assumed role's ARN names its session, so a retry
+    /// from a new session is another caller); the Cognito identity; the API key's id.
+    /// Nothing for ALB events, without an authorizer, or for an HTTP API Lambda authorizer
+    /// (payload 2.0 has no principal: use
+    /// [`lambda_authorizer_context`](Self::lambda_authorizer_context)).
     ///
     /// The default scope when the `lambda-http` feature is on.
     #[cfg(feature = "lambda-http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "lambda-http")))]
     pub fn lambda_authorizer() -> Self {
         CallerScope(Source::Authorizer)
+    }
+
+    /// The value a Lambda authorizer put in its context under `key` (an HTTP API's
+    /// `requestContext.authorizer.lambda.<key>`, a REST API's
+    /// `requestContext.authorizer.<key>`), a string or a number.
+    #[cfg(feature = "lambda-http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lambda-http")))]
+    pub fn lambda_authorizer_context(key: impl Into<String>) -> Self {
+        CallerScope(Source::AuthorizerContext(key.into()))
     }
 
     /// The `Authorization` header's value (its SHA-256 is what the record's id holds):
@@ -95,19 +112,23 @@ impl CallerScope {
                 }
                 return Resolved::Nobody;
             }
-            Source::Fn(f) => f(parts).map(|caller| format!("fn:{caller}")),
+            Source::Fn(f) => f(parts)
+                .filter(|caller| !caller.is_empty())
+                .map(|caller| format!("fn:{caller}")),
             #[cfg(feature = "lambda-http")]
             Source::Authorizer => authorizer::principal(parts),
+            #[cfg(feature = "lambda-http")]
+            Source::AuthorizerContext(key) => authorizer::context_value(parts, key),
+            // The raw bytes, hashed: two credentials that differ in any byte are two callers.
             Source::AuthorizationHeader => parts
                 .headers
                 .get(http::header::AUTHORIZATION)
                 .filter(|v| !v.is_empty())
-                .map(|v| format!("authorization:{}", String::from_utf8_lossy(v.as_bytes()))),
+                .map(|v| format!("authorization:{}", sha256_hex(v.as_bytes()))),
         };
         match found {
-            // A prefix alone (an empty id) is no caller.
-            Some(caller) if !caller.ends_with(':') => Resolved::Caller(caller),
-            _ => Resolved::Nobody,
+            Some(caller) => Resolved::Caller(caller),
+            None => Resolved::Nobody,
         }
     }
 }
@@ -119,6 +140,10 @@ impl fmt::Debug for CallerScope {
             Source::Unscoped => f.write_str("CallerScope::unscoped()"),
             #[cfg(feature = "lambda-http")]
             Source::Authorizer => f.write_str("CallerScope::lambda_authorizer()"),
+            #[cfg(feature = "lambda-http")]
+            Source::AuthorizerContext(key) => {
+                write!(f, "CallerScope::lambda_authorizer_context({key:?})")
+            }
             Source::AuthorizationHeader => f.write_str("CallerScope::authorization_header()"),
             Source::FirstOf(list) => f.debug_list().entries(list).finish(),
         }
@@ -150,33 +175,54 @@ mod authorizer {
         }
     }
 
+    /// A Lambda authorizer's context value under `key`, in either payload version.
+    pub(super) fn context_value(parts: &Parts, key: &str) -> Option<String> {
+        let authorizer = match parts.extensions.get::<RequestContext>()? {
+            RequestContext::ApiGatewayV1(context) => &context.authorizer,
+            RequestContext::ApiGatewayV2(context) => context.authorizer.as_ref()?,
+            _ => return None,
+        };
+        let value = match authorizer.fields.get(key)? {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        prefixed(&format!("context.{key}"), Some(&value))
+    }
+
+    /// A JWT's issuer and subject, as JSON: no two pairs give one string.
+    fn jwt(iss: Option<&str>, sub: Option<&str>) -> Option<String> {
+        let sub = sub.filter(|s| !s.is_empty())?;
+        let pair = serde_json::to_string(&(iss.unwrap_or(""), sub)).ok()?;
+        prefixed("jwt", Some(&pair))
+    }
+
     fn from_authorizer(authorizer: &ApiGatewayRequestAuthorizer) -> Option<String> {
-        let jwt = authorizer.jwt.as_ref().and_then(|jwt| {
-            let sub = jwt.claims.get("sub")?;
-            let iss = jwt.claims.get("iss").map_or("", String::as_str);
-            prefixed("jwt", Some(&format!("{iss} {sub}")))
-        });
         let fields = &authorizer.fields;
-        jwt.or_else(|| {
-            prefixed(
-                "principal",
-                fields.get("principalId").and_then(Value::as_str),
-            )
-        })
-        .or_else(|| {
-            let claims = fields.get("claims")?;
-            let sub = claims.get("sub").and_then(Value::as_str);
-            let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
-            prefixed("jwt", sub.map(|sub| format!("{iss} {sub}")).as_deref())
-        })
-        .or_else(|| {
-            let iam = authorizer.iam.as_ref()?;
-            prefixed("iam", iam.user_arn.as_deref())
-        })
+        let from_jwt = authorizer.jwt.as_ref().and_then(|token| {
+            let claim = |name: &str| token.claims.get(name).map(String::as_str);
+            jwt(claim("iss"), claim("sub"))
+        });
+        from_jwt
+            .or_else(|| {
+                prefixed(
+                    "principal",
+                    fields.get("principalId").and_then(Value::as_str),
+                )
+            })
+            .or_else(|| {
+                let claims = fields.get("claims")?;
+                let claim = |name: &str| claims.get(name).and_then(Value::as_str);
+                jwt(claim("iss"), claim("sub"))
+            })
+            .or_else(|| {
+                let iam = authorizer.iam.as_ref()?;
+                prefixed("iam", iam.user_arn.as_deref())
+            })
     }
 
     fn prefixed(kind: &str, id: Option<&str>) -> Option<String> {
-        id.filter(|id| !id.trim().is_empty())
+        id.filter(|id| !id.is_empty())
             .map(|id| format!("{kind}:{id}"))
     }
 }
@@ -196,10 +242,10 @@ mod tests {
     #[test]
     fn each_scope_finds_its_caller_or_nobody() {
         let header = CallerScope::authorization_header();
-        assert_eq!(
-            header.resolve(&parts(Some("Bearer a"))),
-            Resolved::Caller("authorization:Bearer a".into())
-        );
+        let Resolved::Caller(caller) = header.resolve(&parts(Some("Bearer a"))) else {
+            panic!("a caller")
+        };
+        assert!(!caller.contains("Bearer"), "the credential is hashed");
         assert_eq!(header.resolve(&parts(None)), Resolved::Nobody);
         assert_eq!(header.resolve(&parts(Some(""))), Resolved::Nobody);
         assert_eq!(
@@ -214,6 +260,12 @@ mod tests {
         assert_eq!(tenant.resolve(&parts(None)), Resolved::Nobody);
         let empty = CallerScope::from_fn(|_| Some(String::new()));
         assert_eq!(empty.resolve(&parts(None)), Resolved::Nobody);
+        let colon = CallerScope::from_fn(|_| Some("tenant:".into()));
+        assert_eq!(
+            colon.resolve(&parts(None)),
+            Resolved::Caller("fn:tenant:".into()),
+            "only an empty id is no caller"
+        );
     }
 
     #[test]
@@ -221,10 +273,10 @@ mod tests {
         let scope = CallerScope::from_fn(|_| None)
             .or(CallerScope::authorization_header())
             .or(CallerScope::unscoped());
-        assert_eq!(
+        assert!(matches!(
             scope.resolve(&parts(Some("t"))),
-            Resolved::Caller("authorization:t".into())
-        );
+            Resolved::Caller(c) if c.starts_with("authorization:")
+        ));
         assert_eq!(scope.resolve(&parts(None)), Resolved::Everyone);
         let named = CallerScope::from_fn(|_| Some("a".into()));
         assert_eq!(

@@ -225,9 +225,12 @@ where
             Ok(stored)
         };
         let execute = idempotency.execute_inner(&s.operation, &payload, deadline, run);
-        let result = match &s.in_flight {
-            Some(in_flight) => twins::scope_in(in_flight.clone(), execute).await,
-            None => execute.await,
+        let result = match (&s.in_flight, give_up_at) {
+            // A twin in this process is joined in memory, until the wait's one bound.
+            (Some(in_flight), Some(until)) => {
+                twins::waiting_until(until, twins::scope_in(in_flight.clone(), execute)).await
+            }
+            _ => execute.await,
         };
         let ran = ran.into_inner().unwrap_or_else(|p| p.into_inner());
         let waiting = match result {
@@ -254,10 +257,11 @@ where
                 }
                 match e {
                     Error::AlreadyInProgress { retry_after, .. } => retry_after,
-                    // A twin in this process failed and released the key: run it here.
+                    // A twin in this process failed and released the key: claim it again,
+                    // whether or not the wait has time left (nothing may be running it).
                     Error::TwinFailed {
                         retryable: true, ..
-                    } => Duration::from_secs(1),
+                    } => continue,
                     e => return Ok(s.error_problem(&e)),
                 }
             }

@@ -75,8 +75,8 @@ impl StoredResponse {
     }
 }
 
-/// The request's fingerprint: SHA-256 (hex) over its method, path and query, the named
-/// headers (each value, in order) and its body. Each part is length-prefixed, so no two
+/// The request's fingerprint: SHA-256 (hex) over its method, path, query parameters (in
+/// sorted order), the named headers (each value, in order) and its body. Each part is length-prefixed, so no two
 /// different requests share the bytes hashed.
 pub(crate) fn fingerprint(
     parts: &http::request::Parts,
@@ -90,7 +90,16 @@ pub(crate) fn fingerprint(
     };
     part(parts.method.as_str().as_bytes());
     part(parts.uri.path().as_bytes());
-    part(parts.uri.query().unwrap_or("").as_bytes());
+    // The query's parameters in sorted order: lambda_http rebuilds a REST API's or an
+    // ALB's query from a map, in an order that changes from event to event.
+    let mut query: Vec<&str> = (parts.uri.query().unwrap_or("").split('&'))
+        .filter(|p| !p.is_empty())
+        .collect();
+    query.sort_unstable();
+    part(&(query.len() as u64).to_be_bytes());
+    for parameter in query {
+        part(parameter.as_bytes());
+    }
     for name in headers {
         part(name.as_str().as_bytes());
         for value in parts.headers.get_all(name) {
@@ -104,12 +113,13 @@ pub(crate) fn fingerprint(
 }
 
 /// Whether a response with `status` is stored by default: success, redirects and the
-/// client errors that the same request meets again. `408`, `425` and `429` say "try again"
-/// and every `5xx` may heal: their claims are released, so a retry runs the handler again
-/// (Stripe stores its `500`s; we do not, since a provider that recovers should be called).
+/// client errors that the same request meets again. `408`, `425` and `429` say "try
+/// again", `401` and `403` change when the caller's credentials or rights do, and every
+/// `5xx` may heal: their claims are released, so a retry runs the handler again (Stripe
+/// stores its `500`s; we do not, since a provider that recovers should be called).
 pub fn store_by_default(status: StatusCode) -> bool {
     match status.as_u16() {
-        408 | 425 | 429 => false,
+        401 | 403 | 408 | 425 | 429 => false,
         200..=499 => true,
         _ => false,
     }
@@ -185,12 +195,20 @@ mod tests {
             fingerprint(&parts("PUT", "/a?x=1", Some("m")), &named, b"{}"),
             fingerprint(&parts("POST", "/b?x=1", Some("m")), &named, b"{}"),
             fingerprint(&parts("POST", "/a?x=2", Some("m")), &named, b"{}"),
+            fingerprint(&parts("POST", "/a?x=1&y=2", Some("m")), &named, b"{}"),
+            fingerprint(&parts("POST", "/a?x=1&x=1", Some("m")), &named, b"{}"),
             fingerprint(&parts("POST", "/a?x=1", Some("n")), &named, b"{}"),
             fingerprint(&parts("POST", "/a?x=1", None), &named, b"{}"),
             fingerprint(&parts("POST", "/a?x=1", Some("m")), &named, b"{ }"),
         ] {
             assert_ne!(base, other);
         }
+        // The parameters' order does not count (lambda_http rebuilds some queries from a
+        // map); their values and repetitions do.
+        assert_eq!(
+            fingerprint(&parts("POST", "/a?x=1&y=2", None), &[], b""),
+            fingerprint(&parts("POST", "/a?y=2&x=1", None), &[], b"")
+        );
         // A header not named does not count.
         assert_eq!(
             fingerprint(&parts("POST", "/a", Some("m")), &[], b""),
@@ -201,10 +219,10 @@ mod tests {
     #[test]
     fn the_default_rule_stores_what_a_retry_would_meet_again() {
         let stored = |s: u16| store_by_default(StatusCode::from_u16(s).unwrap());
-        for s in [200, 201, 204, 301, 400, 401, 403, 404, 409, 410, 422] {
+        for s in [200, 201, 204, 301, 400, 404, 409, 410, 422] {
             assert!(stored(s), "{s}");
         }
-        for s in [408, 425, 429, 500, 502, 503, 504, 100] {
+        for s in [401, 403, 408, 425, 429, 500, 502, 503, 504, 100] {
             assert!(!stored(s), "{s}");
         }
     }

@@ -302,6 +302,7 @@ async fn without_a_caller_the_default_scope_refuses_with_401() {
     .await;
     for answer in [&alb, &bare] {
         assert_eq!(answer.status, 401);
+        assert_eq!(answer.header("www-authenticate"), Some("Bearer"));
         assert_eq!(
             answer.header("content-type"),
             Some("application/problem+json")
@@ -825,6 +826,44 @@ async fn store_failures_are_503_or_500_never_an_unprotected_run() {
     assert_eq!((ran.status, ran.header("x-call")), (200, Some("1")));
 }
 
+#[tokio::test]
+async fn with_idempotency_disabled_every_request_runs_and_nothing_is_stored() {
+    let store = store();
+    let app = App::new();
+    let idempotency = Idempotency::builder(store.clone()).disabled(true).build();
+    let service = layered(
+        &app,
+        IdempotencyKeyLayer::builder(idempotency, "generate")
+            .build()
+            .unwrap(),
+    );
+    for n in 1..=2 {
+        let answer = send(&service, HTTP_API, |_| {}).await;
+        assert_eq!(
+            (answer.status, answer.json()["call"].clone()),
+            (200, json!(n))
+        );
+        assert!(!answer.replayed());
+        assert_eq!(answer.header("x-call"), Some(n.to_string().as_str()));
+    }
+    assert_eq!(store.total_requests(), 0);
+}
+
+#[test]
+fn a_layer_shows_its_settings_in_debug() {
+    let layer = IdempotencyKeyLayer::builder(Idempotency::new(MemoryStore::new()), "generate")
+        .header_name("X-Request-Key")
+        .scope(CallerScope::unscoped());
+    assert!(format!("{layer:?}").contains("generate"));
+    let layer = layer.build().unwrap();
+    let shown = format!("{layer:?}");
+    for part in ["generate", "x-request-key", "unscoped", "max_retry_after"] {
+        assert!(shown.contains(part), "{part} in {shown}");
+    }
+    let service = ServiceBuilder::new().layer(layer).service(App::new());
+    assert!(format!("{service:?}").contains("x-request-key"));
+}
+
 #[test]
 fn settings_that_cannot_work_fail_at_build() {
     let idempotency = Idempotency::new(MemoryStore::new());
@@ -996,6 +1035,18 @@ async fn an_http_api_lambda_authorizer_identifies_its_caller_by_a_context_key() 
     assert_eq!((ada.status, bob.status), (200, 200));
     assert!(!bob.replayed() && ada_again.replayed());
     assert_eq!(app.calls(), 2);
+    // A REST API's Lambda authorizer puts its context beside `principalId`; a number is
+    // an id too.
+    let rest =
+        |id: Value| move |e: &mut Value| e["requestContext"]["authorizer"]["userId"] = id.clone();
+    let first = send(&by_context, REST, rest(json!(42))).await;
+    let again = send(&by_context, REST, rest(json!(42))).await;
+    let other = send(&by_context, REST, rest(json!("43"))).await;
+    assert_eq!((first.status, again.status, other.status), (200, 200, 200));
+    assert!(again.replayed() && !other.replayed());
+    assert_eq!(app.calls(), 4);
+    let without = send(&by_context, REST, |_| {}).await;
+    assert_eq!(without.status, 401, "no such context key: no caller");
 }
 
 /// A caller id that ends with `:` (a tenant `acme:`, a sub `user:`) is a caller: only an

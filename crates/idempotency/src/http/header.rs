@@ -166,6 +166,11 @@ mod tests {
             key(&[b"12345678901234567"]),
             Err(KeyProblem::TooLong { len: 17, max: 16 })
         );
+        // A long header is refused for its length before it is parsed.
+        assert_eq!(
+            key(&[b"1234567890 1234567890"]),
+            Err(KeyProblem::TooLong { len: 21, max: 16 })
+        );
         // Quotes do not count against the limit; the key within them does.
         assert_eq!(
             key(&[b"\"1234567890123456\""]),

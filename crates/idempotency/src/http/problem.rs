@@ -133,6 +133,14 @@ mod tests {
         assert_eq!(response.headers()[RETRY_AFTER], "3");
         let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
         assert_eq!(body["type"], "https://example.com/p#request-in-progress");
+        assert_eq!(
+            body["title"],
+            "A request with this idempotency key is in progress"
+        );
+        assert!(!response.headers().contains_key(WWW_AUTHENTICATE));
+        let unidentified: Response<Vec<u8>> = Problem::CallerUnidentified.response("b#", "d", None);
+        assert_eq!(unidentified.headers()[WWW_AUTHENTICATE], "Bearer");
+        assert!(!unidentified.headers().contains_key(RETRY_AFTER));
         assert_eq!(body["status"], 409);
         assert_eq!(body["detail"], "detail");
     }

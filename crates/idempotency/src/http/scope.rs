@@ -269,6 +269,17 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_shows_what_it_reads_and_never_a_credential() {
+        let scope = CallerScope::from_fn(|_| None)
+            .or(CallerScope::authorization_header())
+            .or(CallerScope::unscoped());
+        assert_eq!(
+            format!("{scope:?}"),
+            "[CallerScope::from_fn(..), CallerScope::authorization_header(), CallerScope::unscoped()]"
+        );
+    }
+
+    #[test]
     fn or_takes_the_first_scope_that_finds_a_caller() {
         let scope = CallerScope::from_fn(|_| None)
             .or(CallerScope::authorization_header())

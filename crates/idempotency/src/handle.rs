@@ -273,8 +273,43 @@ impl Idempotency {
     }
 
     /// The call itself, on a payload already in JSON form. `None` takes the enclosing
-    /// invocation's deadline, if any.
+    /// invocation's deadline, if any. The call's span carries its key, its outcome and the
+    /// time of each store request (`claim_ms`, `complete_ms`, `release_ms`); the outcome
+    /// is counted ([`metrics::OUTCOMES`](crate::metrics::OUTCOMES)).
     pub(crate) async fn execute_inner<T, E, F, Fut>(
+        &self,
+        op: &Operation,
+        payload: &Value,
+        deadline: Option<SystemTime>,
+        f: F,
+    ) -> Result<(T, Outcome), ExecuteError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let empty = tracing::field::Empty;
+        let span = info_span!(
+            "idempotency",
+            operation = %op.name,
+            key = empty,
+            outcome = empty,
+            claim_ms = empty,
+            complete_ms = empty,
+            release_ms = empty,
+        );
+        let result = self
+            .execute_uncounted(op, payload, deadline, f)
+            .instrument(span.clone())
+            .await;
+        let outcome = outcome_label(&result);
+        span.record("outcome", outcome);
+        crate::metrics::outcome(&self.engine.config.function_name, &op.name, outcome);
+        result
+    }
+
+    async fn execute_uncounted<T, E, F, Fut>(
         &self,
         op: &Operation,
         payload: &Value,
@@ -301,7 +336,7 @@ impl Idempotency {
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
         let invocation = invocation_of(deadline);
-        let span = info_span!("idempotency", key = %id, operation = %op.name);
+        tracing::Span::current().record("key", id.as_str());
         async move {
             let validation = op
                 .validation
@@ -356,7 +391,6 @@ impl Idempotency {
             }
             result
         }
-        .instrument(span)
         .await
     }
 
@@ -419,6 +453,19 @@ impl Idempotency {
                 permanent,
             })),
         })
+    }
+}
+
+/// The `outcome` label of a call's result.
+fn outcome_label<T, E>(result: &Result<(T, Outcome), ExecuteError<E>>) -> &'static str {
+    match result {
+        Ok((_, outcome)) => outcome.as_str(),
+        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. })) => "in_progress",
+        Err(ExecuteError::Idempotency(e)) if e.is_permanent() => "rejected",
+        Err(ExecuteError::Idempotency(Error::LeaseLost { .. })) => "lease_lost",
+        Err(ExecuteError::Idempotency(Error::TwinFailed { .. }))
+        | Err(ExecuteError::Function(_)) => "failed",
+        Err(ExecuteError::Idempotency(_)) => "store_error",
     }
 }
 

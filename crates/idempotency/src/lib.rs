@@ -74,6 +74,7 @@ mod invocation;
 mod key;
 mod layer;
 mod lease;
+pub mod metrics;
 mod operation;
 mod record;
 pub mod store;

@@ -186,6 +186,20 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome's name, as the `outcome` label of [`metrics::OUTCOMES`](crate::metrics::OUTCOMES)
+    /// carries it: to tell a replay from a fresh execution in your own metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::TookOver => "took_over",
+            Outcome::ExecutedUnstored => "executed_unstored",
+            Outcome::Replayed => "replayed",
+            Outcome::ReplayedFromCache => "replayed_from_cache",
+            Outcome::Joined => "joined",
+            Outcome::Disabled => "disabled",
+        }
+    }
+
     /// Whether the function ran in this call.
     pub fn ran(self) -> bool {
         matches!(

@@ -105,6 +105,9 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
         {
             stopped_at = Some(id_text);
         }
+        if let Err(failure) = &result {
+            crate::metrics::batch_failure(failure.kind.as_str());
+        }
         let report = RecordReport { item_id, result };
         slots.lock().unwrap_or_else(|p| p.into_inner())[index] = Some(report);
     }
@@ -206,6 +209,7 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
 pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {
     let reason = "not finished before the invocation's deadline; its claim stays until its lease ends, then a redelivery takes it over".to_owned();
     warn!(item_id = item_id.as_deref().unwrap_or_default(), "{reason}");
+    crate::metrics::batch_failure(FailureKind::Unfinished.as_str());
     RecordReport {
         item_id,
         result: Err(RecordFailure {

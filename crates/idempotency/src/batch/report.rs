@@ -59,6 +59,21 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The kind's name, as the `kind` label of
+    /// [`metrics::BATCH_FAILURES`](crate::metrics::BATCH_FAILURES) carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::InProgress => "in_progress",
+            FailureKind::MalformedBody => "malformed_body",
+            FailureKind::Rejected => "rejected",
+            FailureKind::Error => "error",
+            FailureKind::Panicked => "panicked",
+            FailureKind::SkippedAfterGroupFailure => "skipped_after_group_failure",
+            FailureKind::Unfinished => "unfinished",
+            FailureKind::Permanent => "permanent",
+        }
+    }
+
     /// Whether no later delivery can succeed: [`MalformedBody`](Self::MalformedBody),
     /// [`Rejected`](Self::Rejected) and [`Permanent`](Self::Permanent). The one place that
     /// decides it for every batch source.

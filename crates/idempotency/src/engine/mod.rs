@@ -75,7 +75,7 @@ impl Engine {
             // The same claim (same token) on every attempt: a retry after an answer was
             // lost finds its own record and succeeds.
             let outcome = self
-                .retry(cutoff, self.config.max_store_attempts, || {
+                .retry(cutoff, self.config.max_store_attempts, "claim", || {
                     store.claim(&claim)
                 })
                 .await?;
@@ -212,7 +212,7 @@ impl Engine {
         // The result is already paid for: retry for as long as the lease allows. A retry
         // after a lost answer finds the record completed with its own token and succeeds.
         let completed = self
-            .retry(cutoff, u32::MAX, || {
+            .retry(cutoff, u32::MAX, "complete", || {
                 store.complete(claim, stored, expiration)
             })
             .await;
@@ -257,7 +257,7 @@ impl Engine {
     async fn release(&self, claim: &Claim, cutoff: SystemTime, why: &str) {
         let store = &self.store;
         let released = self
-            .retry(cutoff, self.config.max_store_attempts, || {
+            .retry(cutoff, self.config.max_store_attempts, "release", || {
                 store.release(claim)
             })
             .await;

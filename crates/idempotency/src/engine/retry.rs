@@ -20,10 +20,33 @@ impl Engine {
     /// whichever comes first (a timed-out attempt is a retryable error: it may have been
     /// applied, which the store's own-token conditions make safe to repeat), and no
     /// retry starts past `cutoff`. The engine is the only retrier: it knows the deadline.
+    ///
+    /// `operation` names the request in the metrics (each attempt counted, with its
+    /// latency) and on the current span (`{operation}_ms`: the whole request, retries
+    /// included).
     pub(crate) async fn retry<'a, R>(
         &self,
         cutoff: SystemTime,
         max_attempts: u32,
+        operation: &'static str,
+        op: impl FnMut() -> BoxFuture<'a, Result<R, Error>>,
+    ) -> Result<R, Error> {
+        let started = std::time::Instant::now();
+        let result = self.attempts(cutoff, max_attempts, operation, op).await;
+        let field = match operation {
+            "claim" => "claim_ms",
+            "complete" => "complete_ms",
+            _ => "release_ms",
+        };
+        tracing::Span::current().record(field, started.elapsed().as_secs_f64() * 1000.0);
+        result
+    }
+
+    async fn attempts<'a, R>(
+        &self,
+        cutoff: SystemTime,
+        max_attempts: u32,
+        operation: &'static str,
         mut op: impl FnMut() -> BoxFuture<'a, Result<R, Error>>,
     ) -> Result<R, Error> {
         let mut backoff = config::BASE_BACKOFF;
@@ -35,14 +58,27 @@ impl Engine {
                 .store_attempt_timeout
                 .min(left)
                 .max(MIN_ATTEMPT_TIMEOUT);
-            let result = match tokio::time::timeout(timeout, op()).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::store(
-                    self.store.name(),
-                    true,
-                    format!("no answer within {timeout:?}; the request may have been applied"),
-                )),
+            let attempt_started = std::time::Instant::now();
+            let (result, label) = match tokio::time::timeout(timeout, op()).await {
+                Ok(Ok(answer)) => (Ok(answer), "ok"),
+                // A refusal the protocol expects (a lost lease) is an answer, not an error.
+                Ok(Err(e @ Error::LeaseLost { .. })) => (Err(e), "ok"),
+                Ok(Err(e)) => (Err(e), "error"),
+                Err(_) => (
+                    Err(Error::store(
+                        self.store.name(),
+                        true,
+                        format!("no answer within {timeout:?}; the request may have been applied"),
+                    )),
+                    "timeout",
+                ),
             };
+            crate::metrics::store_request(
+                self.store.name(),
+                operation,
+                label,
+                attempt_started.elapsed(),
+            );
             match result {
                 Err(err) if err.is_retryable_store_error() && attempt < max_attempts => {
                     let sleep = jitter(backoff);

@@ -59,8 +59,15 @@ pub(crate) async fn poll(
         let until_lease = clock::until(now, lease_ends).max(Duration::from_millis(1));
         tokio::time::sleep(pause.min(left).min(until_lease)).await;
         pause = (pause * 2).min(MAX_PAUSE);
+        let started = std::time::Instant::now();
         let read =
             tokio::time::timeout(engine.config.store_attempt_timeout, engine.store.get(id)).await;
+        let label = match &read {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "error",
+            Err(_) => "timeout",
+        };
+        crate::metrics::store_request(engine.store.name(), "get", label, started.elapsed());
         let record = match read {
             Ok(Ok(record)) => record,
             Ok(Err(e)) => return Polled::Failed(e),

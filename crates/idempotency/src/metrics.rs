@@ -1,0 +1,95 @@
+//! What the library counts, through the [`metrics`](https://docs.rs/metrics) facade
+//! (feature `metrics`): the application installs one recorder (Prometheus, CloudWatch EMF,
+//! StatsD), once, and every count lands there; with none installed a count costs about an
+//! atomic load. Labels come from fixed sets (outcomes, failure kinds, store operations) or
+//! from settings (the function and operation names): never a key, an id or an error's text.
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`) |
+//! | [`BATCH_FAILURES`] | counter | `kind` ([`FailureKind::as_str`](crate::FailureKind::as_str)) |
+//! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`), `result` (`ok`, `error`, `timeout`) |
+//! | [`STORE_REQUEST_SECONDS`] | histogram | `store`, `operation` |
+//!
+//! Without the feature every function here is a no-op and the crate does not depend on
+//! `metrics`.
+
+#[cfg(feature = "metrics")]
+use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
+use std::time::Duration;
+
+/// Calls by how they were answered.
+pub const OUTCOMES: &str = "idempotency_outcomes_total";
+/// Batch records that failed, by [`FailureKind`](crate::FailureKind).
+pub const BATCH_FAILURES: &str = "idempotency_batch_failures_total";
+/// Store request attempts, by store, operation and result.
+pub const STORE_REQUESTS: &str = "idempotency_store_requests_total";
+/// Store request attempts' latency, in seconds.
+pub const STORE_REQUEST_SECONDS: &str = "idempotency_store_request_seconds";
+
+/// Gives every metric its unit and help text. Call it once after installing a recorder.
+pub fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        describe_counter!(
+            OUTCOMES,
+            Unit::Count,
+            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, rejected, failed, lease_lost, store_error"
+        );
+        describe_counter!(
+            BATCH_FAILURES,
+            Unit::Count,
+            "Batch records that failed, by failure kind"
+        );
+        describe_counter!(
+            STORE_REQUESTS,
+            Unit::Count,
+            "Store request attempts, by store, operation and result (ok, error, timeout)"
+        );
+        describe_histogram!(
+            STORE_REQUEST_SECONDS,
+            Unit::Seconds,
+            "Store request attempts' latency"
+        );
+    }
+}
+
+/// Counts one call's outcome.
+pub(crate) fn outcome(function: &str, operation: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!(
+        OUTCOMES,
+        "function" => function.to_owned(),
+        "operation" => operation.to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (function, operation, outcome);
+}
+
+/// Counts one failed batch record.
+pub(crate) fn batch_failure(kind: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!(BATCH_FAILURES, "kind" => kind).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = kind;
+}
+
+/// Counts one store request attempt and its latency.
+pub(crate) fn store_request(
+    store: &'static str,
+    operation: &'static str,
+    result: &'static str,
+    took: Duration,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        counter!(STORE_REQUESTS, "store" => store, "operation" => operation, "result" => result)
+            .increment(1);
+        histogram!(STORE_REQUEST_SECONDS, "store" => store, "operation" => operation)
+            .record(took.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (store, operation, result, took);
+}

@@ -379,6 +379,41 @@ def check_alarms(cfn: dict) -> list:
                 problems.append(f"the alarm on {wanted[key]} does not notify AlarmTopicArn")
             del wanted[key]
     problems += [f"no alarm on {what}" for what in wanted.values()]
+    problems += check_library_alarms(cfn)
+    return problems
+
+
+def check_library_alarms(cfn: dict) -> list:
+    """Alarms on the worker's own counters: the namespace it writes (METRICS_NAMESPACE),
+    its function name, its operation, and an outcome the library counts."""
+    _, function, _ = sqs_mapping(cfn)
+    namespace = function_env(cfn, function).get("METRICS_NAMESPACE")
+    outcomes = {"took_over", "in_progress"}
+    known = {"executed", "took_over", "executed_unstored", "replayed", "replayed_from_cache", "joined",
+             "disabled", "in_progress", "rejected", "failed", "lease_lost", "store_error"}
+    problems = []
+    notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm").items():
+        p = alarm["Properties"]
+        if p.get("MetricName") != "idempotency_outcomes_total":
+            continue
+        dims = {d["Name"]: d["Value"] for d in p.get("Dimensions", [])}
+        if p.get("Namespace") != namespace:
+            problems.append(f"{name}: namespace {p.get('Namespace')!r}, but the worker writes {namespace!r}")
+        if set(dims) != {"function", "operation", "outcome"}:
+            problems.append(f"{name}: dimensions {sorted(dims)}, not the counter's function, operation, outcome")
+        if dims.get("function") != {"Ref": function}:
+            problems.append(f"{name}: not on the worker's function")
+        if dims.get("operation") != "chat_completion":
+            problems.append(f"{name}: operation {dims.get('operation')!r} is not the worker's chat_completion")
+        if dims.get("outcome") not in known:
+            problems.append(f"{name}: the library counts no outcome {dims.get('outcome')!r}")
+        if p.get("Statistic") != "Sum":
+            problems.append(f"{name}: a counter's alarm sums it")
+        if p.get("AlarmActions") != notify:
+            problems.append(f"{name}: does not notify AlarmTopicArn")
+        outcomes.discard(dims.get("outcome"))
+    problems += [f"no alarm on the library's {o} count" for o in sorted(outcomes)]
     return problems
 
 
@@ -472,6 +507,18 @@ INVARIANTS = [
 # One mistake each, as a textual edit of template.yaml: (name, pattern, replacement, the
 # invariant that must catch it).
 SEEDED_MISTAKES = [
+    (
+        "an alarm on an outcome the library never counts (took-over)",
+        r"Value: took_over",
+        "Value: took-over",
+        check_alarms,
+    ),
+    (
+        "the worker's metrics in another namespace than the alarms read",
+        r"METRICS_NAMESPACE: lambda-idempotency",
+        "METRICS_NAMESPACE: model-worker",
+        check_alarms,
+    ),
     (
         "the Function URL open to anyone (AuthType NONE)",
         r"AuthType: AWS_IAM",

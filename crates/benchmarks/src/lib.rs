@@ -1,6 +1,7 @@
 //! Shared parts of the benchmarks: a typical request body and a mock Lambda Runtime API.
 
-pub mod runtime_api;
+/// The mock Lambda Runtime API, shared with the tests.
+pub use test_support::runtime_api;
 
 use serde_json::{Value, json};
 

@@ -24,6 +24,7 @@
 //! delivery without asking again.
 
 pub mod config;
+pub mod emf;
 pub mod provider;
 pub mod request;
 pub mod secret;

@@ -31,11 +31,26 @@ async fn main() -> Result<(), Error> {
             std::process::exit(2);
         }
     };
+    // The library's counters, as CloudWatch embedded metric format lines after each
+    // invocation (model_worker::emf says what a line holds in concurrent mode).
+    let namespace = std::env::var("METRICS_NAMESPACE")
+        .unwrap_or_else(|_| model_worker::emf::DEFAULT_NAMESPACE.to_owned());
+    let metrics = match model_worker::emf::install(&namespace) {
+        Ok(metrics) => metrics,
+        Err(e) => {
+            tracing::error!("model-worker: {e}");
+            std::process::exit(2);
+        }
+    };
     // Several invocations share one process when AWS_LAMBDA_MAX_CONCURRENCY > 1; the
     // worker (idempotency handle, HTTP client) is shared between them.
     lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<_>| {
         let worker = worker.clone();
-        async move { worker.handle_any(event).await }
+        async move {
+            let answer = worker.handle_any(event).await;
+            model_worker::emf::flush(metrics, std::io::stdout().lock());
+            answer
+        }
     }))
     .await
 }

@@ -18,6 +18,7 @@ pub mod certs;
 pub mod http;
 pub mod proxy;
 pub mod redis_server;
+pub mod runtime_api;
 pub mod servers;
 #[cfg(feature = "stores")]
 pub mod stores;

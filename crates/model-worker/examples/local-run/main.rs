@@ -26,6 +26,8 @@ async fn main() {
         .await
         .expect("start the provider stand-in");
     let model = ModelClient::new(&provider.base_url(), None).expect("model client");
+    // The worker's metrics, as its Lambda writes them (CloudWatch embedded metric format).
+    let metrics = model_worker::emf::install("model-worker-local").expect("metrics collector");
     let worker = Worker::new(Idempotency::new(MemoryStore::new()), model);
     println!(
         "model-worker, local run: in-memory idempotency store, provider stand-in at {}",
@@ -35,6 +37,35 @@ async fn main() {
     sqs::play(&worker, &provider, &mut tally).await;
     streams::play(&worker, &provider, &mut tally).await;
     tally.close(&provider);
+    show_metrics(metrics);
+}
+
+/// The run's counts as the worker's Lambda logs them after an invocation: one CloudWatch
+/// embedded metric format line per label set (here one flush for the whole run).
+fn show_metrics(metrics: &metrics_cloudwatch_embedded::Collector) {
+    let mut out = Vec::new();
+    model_worker::emf::flush(metrics, &mut out);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    println!(
+        "\n== the worker's metrics (CloudWatch embedded metric format; {} lines, the outcome counters first):",
+        lines.len()
+    );
+    let mut outcomes: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("idempotency_outcomes_total").is_some())
+        .collect();
+    outcomes.sort_by_key(|l| l["outcome"].as_str().unwrap_or("").to_owned());
+    for line in outcomes {
+        let mut line = line.clone();
+        line["_aws"]["Timestamp"] = serde_json::json!(0);
+        println!("{line}");
+    }
+    println!(
+        "... and the batch failures by kind, the store requests and their latency by operation."
+    );
 }
 
 /// What every delivery did, and what was left for a dead-letter queue or an on-failure

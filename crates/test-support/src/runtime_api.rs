@@ -1,11 +1,11 @@
 //! A mock Lambda Runtime API, to drive a real Lambda binary as the service does: it hands
 //! out events on `GET .../invocation/next` and collects responses.
 
+use crate::http::{self, Method, Request, Response, Server, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use test_support::http::{self, Method, Request, Response, Server, StatusCode};
 use tokio::sync::{Mutex, mpsc};
 
 /// The mock's handle: queue events, await responses. Stops when dropped.

@@ -1,0 +1,35 @@
+//! The worker's metrics: the library's counters (`lambda_idempotency::metrics`) written as
+//! CloudWatch embedded metric format (EMF) lines on stdout, which Lambda sends to CloudWatch
+//! Logs and CloudWatch turns into metrics, with no API call and no agent.
+//!
+//! The lines are written after each invocation: one JSON line per label set counted since
+//! the last flush (an outcome of an operation, a failure kind, a store operation), not one
+//! per record. Under Lambda's concurrent mode (`AWS_LAMBDA_MAX_CONCURRENCY` > 1, Lambda
+//! Managed Instances) several invocations share the process and its one collector: a flush
+//! writes what every invocation counted since the previous flush, so a line is the
+//! process's, not one invocation's. No count is lost or written twice (each flush takes
+//! the counters' values and resets them): sums and rates over time are exact, per-line
+//! values are not per-invocation values.
+
+use metrics_cloudwatch_embedded::{Builder, Collector};
+
+/// The CloudWatch namespace when `METRICS_NAMESPACE` is unset.
+pub const DEFAULT_NAMESPACE: &str = "lambda-idempotency";
+
+/// Installs the process's collector as the global `metrics` recorder, with the library's
+/// descriptions. Once per process, at start-up.
+pub fn install(namespace: &str) -> Result<&'static Collector, String> {
+    let collector = Builder::new()
+        .cloudwatch_namespace(namespace.to_owned())
+        .init()
+        .map_err(|e| format!("cannot install the metrics collector: {e}"))?;
+    lambda_idempotency::metrics::describe();
+    Ok(collector)
+}
+
+/// Writes what was counted since the last flush to `out`, as EMF lines.
+pub fn flush(collector: &Collector, out: impl std::io::Write) {
+    if let Err(e) = collector.flush(out) {
+        tracing::warn!(error = %e, "could not write the metrics");
+    }
+}

@@ -212,6 +212,65 @@ async fn the_postgres_store_keeps_the_whole_contract() {
     table.drop_table().await;
 }
 
+/// The whole contract with unnamed statements (prepared statements off, as behind a
+/// pooler that cannot carry them): the server parses every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_keeps_the_whole_contract_without_prepared_statements() {
+    let table = TestTable::new("conformance_unprepared").await;
+    let store = FaultyStore::new(table.store().prepared_statements(false));
+    let faults = store.clone();
+    conformance::run_whole_contract(
+        store,
+        async |op| faults.inject(op, Fault::Unavailable, 1),
+        4,
+    )
+    .await;
+    table.drop_table().await;
+}
+
+/// Prepared statements live with their connection: a connection killed between two
+/// requests is replaced, and the next request prepares its statement again on the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_connection_prepares_its_statements_again() {
+    let table = TestTable::new("prepared_reconnect").await;
+    let store = table.store();
+    let idempotency = lambda_idempotency::Idempotency::new(store.clone());
+    let op = lambda_idempotency::Operation::new("op", lambda_idempotency::KeyStrategy::field("id"));
+    let run = |id: &'static str| {
+        let (idempotency, op) = (idempotency.clone(), op.clone());
+        async move {
+            idempotency
+                .run(&op, &serde_json::json!({"id": id}), || async {
+                    Ok::<_, lambda_idempotency::Error>(id.to_owned())
+                })
+                .await
+        }
+    };
+    assert_eq!(run("a").await.unwrap(), "a");
+    let pid = store.backend_pid().await.unwrap();
+    let (admin, connection) = tokio_postgres::connect(
+        &test_support::servers::postgres_url(),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    // The first request after the kill may find the connection broken (a retryable store
+    // error, retried by the engine); none finds a statement the new server session lacks.
+    assert_eq!(run("b").await.unwrap(), "b");
+    assert_eq!(
+        run("a").await.unwrap(),
+        "a",
+        "replayed on the new connection"
+    );
+    assert_ne!(store.backend_pid().await.unwrap(), pid);
+    table.drop_table().await;
+}
+
 /// The whole contract again with every call on the next of several connections: the
 /// claims of the concurrency case race from separate sessions, and more rounds of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,9 @@ use tokio_postgres::{Client, Row};
 pub(super) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl PostgresStore {
-    /// One statement, one round trip: an unnamed statement with its parameter types.
+    /// One statement, one round trip: prepared once per connection (its first use costs a
+    /// second round trip), or an unnamed statement with its parameter types when prepared
+    /// statements are off.
     pub(super) async fn query(
         &self,
         sql: &str,
@@ -25,11 +27,53 @@ impl PostgresStore {
     ) -> Result<Vec<Row>, Error> {
         let client = self.client().await?;
         let call = Call::new(self, &client);
-        match tokio::time::timeout(self.request_timeout, client.query_typed(sql, params)).await {
+        let request = async {
+            if !self.prepared {
+                return client.query_typed(sql, params).await;
+            }
+            let statement = self.prepared_statement(&client, sql, params).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            client.query(&statement, &values).await
+        };
+        match tokio::time::timeout(self.request_timeout, request).await {
             Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
             // Dropping the unfinished call drops the connection.
             Err(_) => Err(self.timed_out("answer", self.request_timeout)),
         }
+    }
+
+    /// `sql` prepared on `client`: from the cache, or prepared now (and cached). A new
+    /// connection starts with an empty cache.
+    async fn prepared_statement(
+        &self,
+        client: &Arc<Client>,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        let cached = {
+            let cache = self.statements();
+            (std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)))
+                .then(|| cache.1.get(sql).cloned())
+                .flatten()
+        };
+        if let Some(statement) = cached {
+            return Ok(statement);
+        }
+        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+        let statement = client.prepare_typed(sql, &types).await?;
+        let mut cache = self.statements();
+        if !std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)) {
+            *cache = (Arc::downgrade(client), Default::default());
+        }
+        cache.1.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    fn statements(&self) -> std::sync::MutexGuard<'_, super::PreparedStatements> {
+        self.inner
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Statements separated by `;`, without parameters, in one round trip.

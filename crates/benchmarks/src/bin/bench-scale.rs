@@ -1,0 +1,660 @@
+//! How the stores behave as Lambda environments multiply: claims and completions per
+//! second against concurrency (each worker with its own connection, as each Lambda
+//! environment has), on Redis, a Redis Cluster and PostgreSQL, with all-distinct keys and
+//! with one hot key; the same atomic work without the library in the same run
+//! (redis-benchmark running the claim script, pgbench running the claim statement); then
+//! volume: a million records in each store.
+//!
+//! `cargo run --release -p benchmarks --bin bench-scale` (scripts/bench runs it with the
+//! servers). `SCALE_LEVELS=1,4,16` and `SCALE_SECONDS=2` shorten it, `SCALE_STORES=redis`
+//! (or `redis-cluster`, `postgres`, comma-separated) picks stores, `SCALE_RECORDS` changes
+//! the volume (default 1000000; 0 skips it).
+
+use lambda_idempotency::store::IdempotencyStore;
+use lambda_idempotency::store::postgres::PostgresStore;
+use lambda_idempotency::store::redis::RedisStore;
+use lambda_idempotency::{Idempotency, KeyStrategy, Operation};
+use serde_json::json;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use test_support::servers::{postgres_url, redis_cluster_urls, redis_url};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Store {
+    Redis,
+    RedisCluster,
+    Postgres,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Redis => "Redis",
+            Store::RedisCluster => "Redis Cluster (3 nodes)",
+            Store::Postgres => "PostgreSQL",
+        }
+    }
+}
+
+/// One level's measurements.
+struct Measured {
+    messages: u64,
+    seconds: f64,
+    claim_p50: Duration,
+    claim_p99: Duration,
+    errors: u64,
+    in_progress: u64,
+}
+
+impl Measured {
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.seconds
+    }
+}
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// A store of `kind` with a connection of its own, under `scope` (a namespace or table).
+async fn open(kind: Store, scope: &str) -> Result<Arc<dyn IdempotencyStore>, String> {
+    Ok(match kind {
+        Store::Redis => Arc::new(
+            RedisStore::connect(&redis_url())
+                .await
+                .map_err(|e| e.to_string())?
+                .namespace(scope.to_owned()),
+        ),
+        Store::RedisCluster => Arc::new(
+            RedisStore::connect_cluster(redis_cluster_urls())
+                .await
+                .map_err(|e| e.to_string())?
+                .namespace(scope.to_owned()),
+        ),
+        Store::Postgres => {
+            let store =
+                PostgresStore::from_url(&postgres_url(), scope).map_err(|e| e.to_string())?;
+            store
+                .ensure_connected()
+                .await
+                .map_err(|e| lambda_idempotency::report(&e))?;
+            Arc::new(store)
+        }
+    })
+}
+
+/// `workers` workers, each with its own connection, run messages for `seconds`: each a
+/// claim and a completion (distinct keys), or a claim answered by the stored result (one
+/// hot key, after its first run). Claims are timed by a wrapper around the store.
+async fn run_level(
+    kind: Store,
+    scope: &str,
+    workers: usize,
+    seconds: u64,
+    hot: bool,
+) -> Result<Measured, String> {
+    let mut stores = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        stores.push(open(kind, scope).await?);
+    }
+    let op = Operation::new("scale", KeyStrategy::field("id"));
+    let run = format!("{}", now_ms());
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (w, store) in stores.into_iter().enumerate() {
+        let op = op.clone();
+        let run = run.clone();
+        tasks.push(tokio::spawn(async move {
+            let timed = Timed::new(store);
+            let idempotency = Idempotency::builder(timed.clone())
+                .function_name("bench")
+                .build();
+            let (mut n, mut errors, mut in_progress) = (0u64, 0u64, 0u64);
+            while Instant::now() < until {
+                let id = if hot {
+                    format!("hot-{run}")
+                } else {
+                    format!("{run}-{w}-{n}")
+                };
+                let answer = idempotency
+                    .execute(&op, &json!({"id": id}), || async { Ok::<_, String>(1u8) })
+                    .await;
+                match answer {
+                    Ok(_) => n += 1,
+                    // The hot key's first call still running: handed back, as in SQS.
+                    Err(lambda_idempotency::ExecuteError::Idempotency(
+                        lambda_idempotency::Error::AlreadyInProgress { .. },
+                    )) => in_progress += 1,
+                    Err(e) => {
+                        errors += 1;
+                        if errors == 1 {
+                            eprintln!("worker {w}: {e}");
+                        }
+                    }
+                }
+            }
+            (n, errors, in_progress, timed.claims())
+        }));
+    }
+    let (mut messages, mut errors, mut in_progress, mut claims) = (0, 0, 0, Vec::new());
+    for task in tasks {
+        let (n, e, p, c) = task.await.map_err(|e| e.to_string())?;
+        messages += n;
+        errors += e;
+        in_progress += p;
+        claims.extend(c);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    claims.sort_unstable();
+    let pick = |q: f64| {
+        claims
+            .get(((claims.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    Ok(Measured {
+        messages,
+        seconds,
+        claim_p50: pick(0.5),
+        claim_p99: pick(0.99),
+        errors,
+        in_progress,
+    })
+}
+
+/// A store wrapper that times every claim.
+#[derive(Debug, Clone)]
+struct Timed {
+    inner: Arc<dyn IdempotencyStore>,
+    claims: Arc<std::sync::Mutex<Vec<Duration>>>,
+}
+
+impl Timed {
+    fn new(inner: Arc<dyn IdempotencyStore>) -> Self {
+        Timed {
+            inner,
+            claims: Arc::default(),
+        }
+    }
+
+    fn claims(&self) -> Vec<Duration> {
+        std::mem::take(&mut self.claims.lock().unwrap())
+    }
+}
+
+impl IdempotencyStore for Timed {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn limits(&self) -> lambda_idempotency::store::StoreLimits {
+        self.inner.limits()
+    }
+    fn claim<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<lambda_idempotency::store::ClaimOutcome, lambda_idempotency::Error>,
+    > {
+        Box::pin(async move {
+            let started = Instant::now();
+            let answer = self.inner.claim(claim).await;
+            self.claims.lock().unwrap().push(started.elapsed());
+            answer
+        })
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), lambda_idempotency::Error>> {
+        self.inner.complete(claim, data, expiration)
+    }
+    fn release<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), lambda_idempotency::Error>> {
+        self.inner.release(claim)
+    }
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<Option<lambda_idempotency::store::Record>, lambda_idempotency::Error>,
+    > {
+        self.inner.get(id)
+    }
+}
+
+/// The store's own tool doing the same atomic work: script (or statement) calls per
+/// second, and its p99 latency when the tool reports one.
+fn raw(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+    match kind {
+        Store::Redis => raw_redis(workers, seconds, hot),
+        Store::Postgres => raw_pgbench(workers, seconds, hot),
+        Store::RedisCluster => None,
+    }
+}
+
+fn host_port(url: &str) -> (String, String) {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    let host_port = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = host_port.rsplit_once(':').unwrap_or((host_port, "6379"));
+    (host.to_owned(), port.to_owned())
+}
+
+fn raw_redis(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+    let (host, port) = host_port(&redis_url());
+    let script = include_str!("../../../idempotency/src/store/redis/scripts/claim.lua");
+    let load = Command::new("redis-cli")
+        .args(["-h", &host, "-p", &port, "SCRIPT", "LOAD", script])
+        .output()
+        .ok()?;
+    let sha = String::from_utf8_lossy(&load.stdout).trim().to_owned();
+    // About as many calls as the library made at this level in `seconds`, estimated from
+    // a short first run.
+    let requests = (workers as u64 * 2_000).clamp(20_000, 400_000) * seconds / 3;
+    let now = now_ms();
+    let key = if hot {
+        "bench-raw:hot".to_owned()
+    } else {
+        "bench-raw:__rand_int__".to_owned()
+    };
+    let args = [
+        "-h".to_owned(),
+        host,
+        "-p".to_owned(),
+        port,
+        "-c".to_owned(),
+        workers.to_string(),
+        "-n".to_owned(),
+        requests.to_string(),
+        "-r".to_owned(),
+        "1000000000".to_owned(),
+        "--csv".to_owned(),
+        "EVALSHA".to_owned(),
+        sha,
+        "1".to_owned(),
+        key,
+        now.to_string(),
+        (now / 1000).to_string(),
+        (now / 1000 + 3600).to_string(),
+        (now + 60_000).to_string(),
+        "bench-token".to_owned(),
+        "0".to_owned(),
+        String::new(),
+        (now + 3_600_000).to_string(),
+    ];
+    let out = Command::new("redis-benchmark").args(&args).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text.lines().find(|l| l.starts_with("\"EVALSHA"))?;
+    let fields: Vec<f64> = row
+        .split(',')
+        .skip(1)
+        .filter_map(|f| f.trim_matches('"').parse().ok())
+        .collect();
+    // rps, avg, min, p50, p95, p99, max
+    Some((*fields.first()?, fields.get(5).copied()))
+}
+
+fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+    // Prepared, as the store sends its statements by default; `SCALE_PGBENCH_MODE=extended`
+    // compares with the store's `prepared_statements(false)` (an unnamed statement per call).
+    let mode = std::env::var("SCALE_PGBENCH_MODE").unwrap_or_else(|_| "prepared".into());
+    let table = "bench_scale.raw";
+    let store = PostgresStore::from_url(&postgres_url(), table).ok()?;
+    let id = if hot {
+        "'hot'".to_owned()
+    } else {
+        "('scale-' || :id)".to_owned()
+    };
+    let now = now_ms();
+    let sql = store
+        .claim_sql()
+        .replace("$1", &id)
+        .replace("$2", &(now / 1000 + 3600).to_string())
+        .replace("$3", &(now + 60_000).to_string())
+        .replace("$4", "NULL::text")
+        .replace("$5", "'bench-token'")
+        .replace("$6", &(now / 1000).to_string())
+        .replace("$7", &now.to_string());
+    let dir = std::env::temp_dir().join(format!("bench-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let file = dir.join("claim.sql");
+    // pgbench reads one statement per line unless it ends with `;` on its own line.
+    let one_line = sql.replace('\n', " ");
+    std::fs::write(
+        &file,
+        format!("\\set id random(1, 1000000000)\n{one_line};\n"),
+    )
+    .ok()?;
+    let out = Command::new("pgbench")
+        .args([
+            "-n",
+            "-c",
+            &workers.to_string(),
+            "-j",
+            "2",
+            "-T",
+            &seconds.to_string(),
+            "-M",
+            &mode,
+            "-f",
+        ])
+        .arg(&file)
+        .arg(postgres_url())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find(|l| l.starts_with("tps = "))?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()?;
+    Some((tps, None))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+async fn concurrency_table(levels: &[usize], seconds: u64) {
+    println!(
+        "| store | keys | workers | messages/s | store requests/s | raw calls/s (tool) | library ÷ raw | claim p50 ms | claim p99 ms | raw p99 ms | in progress | errors |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let only = std::env::var("SCALE_STORES").unwrap_or_default();
+    for kind in [Store::Redis, Store::RedisCluster, Store::Postgres] {
+        let wanted = match kind {
+            Store::Redis => "redis",
+            Store::RedisCluster => "redis-cluster",
+            Store::Postgres => "postgres",
+        };
+        if !only.is_empty() && !only.split(',').any(|s| s == wanted) {
+            continue;
+        }
+        let scope = match kind {
+            Store::Postgres => "bench_scale.records".to_owned(),
+            _ => format!("bench-scale:{}:", now_ms()),
+        };
+        if kind == Store::Postgres {
+            prepare_postgres(&["bench_scale.records", "bench_scale.raw"]).await;
+        }
+        for hot in [false, true] {
+            for &workers in levels {
+                let measured = match run_level(kind, &scope, workers, seconds, hot).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        println!(
+                            "| {} | {} | {workers} | refused: {e} | | | | | | | | |",
+                            kind.name(),
+                            if hot { "one hot key" } else { "distinct" }
+                        );
+                        continue;
+                    }
+                };
+                // A distinct key costs two requests (claim, completion); a hot one, one.
+                let per_message = if hot { 1.0 } else { 2.0 };
+                let requests = measured.rate() * per_message;
+                let raw = raw(kind, workers, seconds, hot);
+                let (raw_rate, ratio, raw_p99) = match raw {
+                    Some((rate, p99)) => (
+                        format!("{rate:.0}"),
+                        format!("{:.2}", requests / rate),
+                        p99.map_or("-".to_owned(), |p| format!("{p:.2}")),
+                    ),
+                    None => ("-".into(), "-".into(), "-".into()),
+                };
+                println!(
+                    "| {} | {} | {workers} | {:.0} | {requests:.0} | {raw_rate} | {ratio} | {} | {} | {raw_p99} | {} | {} |",
+                    kind.name(),
+                    if hot { "one hot key" } else { "distinct" },
+                    measured.rate(),
+                    ms(measured.claim_p50),
+                    ms(measured.claim_p99),
+                    measured.in_progress,
+                    measured.errors,
+                );
+            }
+        }
+    }
+}
+
+async fn prepare_postgres(tables: &[&str]) {
+    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL");
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE SCHEMA IF NOT EXISTS bench_scale")
+        .await
+        .unwrap();
+    for table in tables {
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .unwrap();
+        let store = PostgresStore::from_url(&postgres_url(), *table).unwrap();
+        store.create_table().await.unwrap();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let levels = env_list("SCALE_LEVELS", &[1, 4, 16, 64, 256]);
+    let seconds = env_num("SCALE_SECONDS", 3);
+    let records = env_num("SCALE_RECORDS", 1_000_000);
+    println!("== concurrency: {seconds} s per level, each worker with its own connection");
+    concurrency_table(&levels, seconds).await;
+    if records > 0 {
+        println!("\n== volume: {records} records");
+        volume::table(records).await;
+    }
+}
+
+mod volume {
+    //! A million records: claim latency against the table's size, PostgreSQL's purge, and
+    //! Redis memory per record.
+    use super::*;
+
+    /// p50 and p99 of `n` claims with completions on fresh keys, one connection.
+    async fn claim_latency(store: Arc<dyn IdempotencyStore>, n: usize) -> (Duration, Duration) {
+        let timed = Timed::new(store);
+        let idempotency = Idempotency::builder(timed.clone())
+            .function_name("bench")
+            .build();
+        let op = Operation::new("volume", KeyStrategy::field("id"));
+        let run = now_ms();
+        // A warm-up first: the connection, its prepared statements, the server's caches.
+        for i in 0..500 {
+            let _ = idempotency
+                .execute(&op, &json!({"id": format!("warm-{run}-{i}")}), || async {
+                    Ok::<_, String>(1u8)
+                })
+                .await;
+        }
+        timed.claims();
+        for i in 0..n {
+            let _ = idempotency
+                .execute(&op, &json!({"id": format!("probe-{run}-{i}")}), || async {
+                    Ok::<_, String>(1u8)
+                })
+                .await;
+        }
+        let mut claims = timed.claims();
+        claims.sort_unstable();
+        (claims[claims.len() / 2], claims[claims.len() * 99 / 100])
+    }
+
+    async fn redis(records: u64) {
+        let ns = format!("bench-volume:{}:", now_ms());
+        let store = RedisStore::connect(&redis_url())
+            .await
+            .expect("Redis")
+            .namespace(ns.clone());
+        let memory = |s: &RedisStore| {
+            let s = s.clone();
+            async move {
+                let info = s.query(redis::cmd("INFO").arg("memory")).await.unwrap();
+                let redis::Value::BulkString(text) = info else {
+                    return 0u64;
+                };
+                String::from_utf8_lossy(&text)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("used_memory:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0)
+            }
+        };
+        let empty = claim_latency(Arc::new(store.clone()), 5_000).await;
+        let before = memory(&store).await;
+        // A completed record as the store writes it, a million times, by a server-side loop.
+        let now = now_ms();
+        let fill = format!(
+            "for i = 1, {records} do \
+               local k = '{ns}fill-' .. i \
+               redis.call('HSET', k, 'status', 'COMPLETED', 'expiration', '{exp}', 'data', '{{\"ok\":1}}', 'lease_token', '0123456789abcdef0123456789abcdef01234567', 'validation', '') \
+               redis.call('PEXPIREAT', k, {pexp}) \
+             end return {records}",
+            exp = now / 1000 + 86_400,
+            pexp = now + 86_400_000,
+        );
+        let started = Instant::now();
+        store
+            .query(redis::cmd("EVAL").arg(fill).arg(0))
+            .await
+            .expect("fill");
+        let filled_in = started.elapsed();
+        let after = memory(&store).await;
+        let full = claim_latency(Arc::new(store.clone()), 5_000).await;
+        println!(
+            "| Redis | {records} | {:.1} s (server-side loop) | {} / {} | {} / {} | {} bytes per record |",
+            filled_in.as_secs_f64(),
+            ms(empty.0),
+            ms(empty.1),
+            ms(full.0),
+            ms(full.1),
+            (after.saturating_sub(before)) / records
+        );
+        // Leave nothing behind: the records expire in a day anyway; delete them now.
+        let clear =
+            format!("for i = 1, {records} do redis.call('UNLINK', '{ns}fill-' .. i) end return 1");
+        let _ = store.query(redis::cmd("EVAL").arg(clear).arg(0)).await;
+    }
+
+    async fn postgres(records: u64) {
+        let table = "bench_scale.volume";
+        prepare_postgres(&[table]).await;
+        let store = PostgresStore::from_url(&postgres_url(), table).unwrap();
+        store.ensure_connected().await.unwrap();
+        let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let empty = claim_latency(Arc::new(store.clone()), 5_000).await;
+        // Completed records that expired an hour ago: what `purge_expired` deletes.
+        let now = now_ms() as i64;
+        let started = Instant::now();
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {table} (id, status, expiration, in_progress_expiration, data, validation, lease_token) \
+                 SELECT 'fill-' || i, 'COMPLETED', {exp}, NULL, '{{\"ok\":1}}', NULL, '0123456789abcdef0123456789abcdef01234567' \
+                 FROM generate_series(1, {records}) AS i; ANALYZE {table}",
+                exp = now / 1000 - 3600,
+            ))
+            .await
+            .expect("fill");
+        let filled_in = started.elapsed();
+        let (full_size, full_index) = size(&client, table).await;
+        let full = claim_latency(Arc::new(store.clone()), 5_000).await;
+        let started = Instant::now();
+        let mut purged = 0u64;
+        loop {
+            let n = store.purge_expired(10_000).await.expect("purge");
+            purged += n;
+            if n < 10_000 {
+                break;
+            }
+        }
+        let purge_time = started.elapsed();
+        let dead: i64 = client
+            .query_one(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'bench_scale' AND relname = 'volume'",
+                &[],
+            )
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(-1);
+        let (after_size, after_index) = size(&client, table).await;
+        client
+            .batch_execute(&format!("VACUUM {table}"))
+            .await
+            .unwrap();
+        let (vacuumed, vacuumed_index) = size(&client, table).await;
+        println!(
+            "| PostgreSQL | {records} | {:.1} s (one INSERT ... SELECT) | {} / {} | {} / {} | table {} MB (indexes {} MB); purge_expired(10000) deleted {purged} rows in {:.1} s ({:.0} rows/s); after: {} MB ({} MB), {dead} dead rows; after VACUUM: {} MB ({} MB) |",
+            filled_in.as_secs_f64(),
+            ms(empty.0),
+            ms(empty.1),
+            ms(full.0),
+            ms(full.1),
+            full_size / 1_048_576,
+            full_index / 1_048_576,
+            purge_time.as_secs_f64(),
+            purged as f64 / purge_time.as_secs_f64(),
+            after_size / 1_048_576,
+            after_index / 1_048_576,
+            vacuumed / 1_048_576,
+            vacuumed_index / 1_048_576,
+        );
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .unwrap();
+    }
+
+    /// The table's total size and its indexes' size, in bytes.
+    async fn size(client: &tokio_postgres::Client, table: &str) -> (i64, i64) {
+        let row = client
+            .query_one(
+                &format!("SELECT pg_total_relation_size('{table}'), pg_indexes_size('{table}')"),
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    }
+
+    pub(super) async fn table(records: u64) {
+        println!(
+            "| store | records | filled in | claim p50 / p99 ms, before | claim p50 / p99 ms, after | size |"
+        );
+        println!("|---|---|---|---|---|---|");
+        redis(records).await;
+        postgres(records).await;
+    }
+}

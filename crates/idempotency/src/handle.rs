@@ -12,11 +12,13 @@ use crate::lease;
 use crate::operation::{Operation, Outcome, check_function_name};
 use crate::store::IdempotencyStore;
 use crate::twins::{self, Entered, Running, Settled, Twin};
+use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tracing::{Instrument, info, info_span, warn};
@@ -379,9 +381,21 @@ impl Idempotency {
                     cutoff,
                     took_over,
                 }) => {
-                    let result = match &running {
-                        Some(_) => twins::enclosed_by(handle, &id, f()).await,
-                        None => f().await,
+                    let call = async {
+                        match &running {
+                            Some(_) => twins::enclosed_by(handle, &id, f()).await,
+                            None => f().await,
+                        }
+                    };
+                    // A function that panics releases its claim, as one that fails does,
+                    // and the panic goes on: the next delivery runs again at once instead
+                    // of waiting for the lease.
+                    let result = match AssertUnwindSafe(call).catch_unwind().await {
+                        Ok(result) => result,
+                        Err(panic) => {
+                            self.engine.release_after_panic(&claim, cutoff).await;
+                            std::panic::resume_unwind(panic)
+                        }
                     };
                     self.engine.finish(&claim, cutoff, result, took_over).await
                 }

@@ -479,3 +479,31 @@ async fn results_at_the_store_record_limit() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_function_that_panics_releases_its_claim_and_the_panic_goes_on() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let idempotency = Idempotency::new(store.clone());
+    let panicked = tokio::spawn({
+        let idempotency = idempotency.clone();
+        async move {
+            let _: Result<String, Error> = idempotency
+                .run(&op(), &payload("p-1"), || async {
+                    panic!("the function panicked")
+                })
+                .await;
+        }
+    })
+    .await
+    .unwrap_err();
+    assert!(panicked.is_panic());
+    assert_eq!(store.requests(StoreOp::Release), 1);
+    // The next delivery runs at once, not after the lease.
+    let (value, outcome) = idempotency
+        .execute(&op(), &payload("p-1"), || async {
+            Ok::<_, Error>("ran".to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!((value.as_str(), outcome), ("ran", Outcome::Executed));
+}

@@ -254,6 +254,11 @@ impl Engine {
         }
     }
 
+    /// Releases the claim of a function that panicked.
+    pub(crate) async fn release_after_panic(&self, claim: &Claim, cutoff: SystemTime) {
+        self.release(claim, cutoff, "the function panicked").await;
+    }
+
     async fn release(&self, claim: &Claim, cutoff: SystemTime, why: &str) {
         let store = &self.store;
         let released = self

@@ -390,7 +390,7 @@ def check_library_alarms(cfn: dict) -> list:
     namespace = function_env(cfn, function).get("METRICS_NAMESPACE")
     outcomes = {"took_over", "in_progress"}
     known = {"executed", "took_over", "executed_unstored", "replayed", "replayed_from_cache", "joined",
-             "disabled", "in_progress", "rejected", "failed", "lease_lost", "store_error"}
+             "disabled", "in_progress", "rejected", "failed", "lease_lost", "store_error", "panicked", "cancelled"}
     problems = []
     notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm").items():

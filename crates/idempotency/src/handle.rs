@@ -291,6 +291,27 @@ impl Idempotency {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.execute_observed(op, payload, deadline, true, f).await
+    }
+
+    /// [`execute_inner`](Self::execute_inner), counting its outcome only if `counted`: a
+    /// caller that makes several calls for one request of its own (the HTTP layer's waits)
+    /// counts that request once itself. A call that panics or is dropped unfinished is
+    /// counted `panicked` or `cancelled`.
+    pub(crate) async fn execute_observed<T, E, F, Fut>(
+        &self,
+        op: &Operation,
+        payload: &Value,
+        deadline: Option<SystemTime>,
+        counted: bool,
+        f: F,
+    ) -> Result<(T, Outcome), ExecuteError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let empty = tracing::field::Empty;
         let span = info_span!(
             "idempotency",
@@ -301,13 +322,21 @@ impl Idempotency {
             complete_ms = empty,
             release_ms = empty,
         );
+        let mut unfinished = Unfinished {
+            function: &self.engine.config.function_name,
+            operation: &op.name,
+            counted,
+        };
         let result = self
-            .execute_uncounted(op, payload, deadline, f)
+            .execute_uncounted(op, payload, deadline, &span, f)
             .instrument(span.clone())
             .await;
+        unfinished.counted = false;
         let outcome = outcome_label(&result);
         span.record("outcome", outcome);
-        crate::metrics::outcome(&self.engine.config.function_name, &op.name, outcome);
+        if counted {
+            crate::metrics::outcome(&self.engine.config.function_name, &op.name, outcome);
+        }
         result
     }
 
@@ -316,6 +345,7 @@ impl Idempotency {
         op: &Operation,
         payload: &Value,
         deadline: Option<SystemTime>,
+        span: &tracing::Span,
         f: F,
     ) -> Result<(T, Outcome), ExecuteError<E>>
     where
@@ -338,7 +368,7 @@ impl Idempotency {
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
         let invocation = invocation_of(deadline);
-        tracing::Span::current().record("key", id.as_str());
+        span.record("key", id.as_str());
         async move {
             let validation = op
                 .validation
@@ -470,16 +500,44 @@ impl Idempotency {
     }
 }
 
+/// Counts a call that never returned: dropped (`cancelled`) or unwound by a panic.
+struct Unfinished<'a> {
+    function: &'a str,
+    operation: &'a str,
+    /// Whether it is still to be counted.
+    counted: bool,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            let outcome = if std::thread::panicking() {
+                "panicked"
+            } else {
+                "cancelled"
+            };
+            crate::metrics::outcome(self.function, self.operation, outcome);
+        }
+    }
+}
+
 /// The `outcome` label of a call's result.
 fn outcome_label<T, E>(result: &Result<(T, Outcome), ExecuteError<E>>) -> &'static str {
     match result {
         Ok((_, outcome)) => outcome.as_str(),
-        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. })) => "in_progress",
-        Err(ExecuteError::Idempotency(e)) if e.is_permanent() => "rejected",
-        Err(ExecuteError::Idempotency(Error::LeaseLost { .. })) => "lease_lost",
-        Err(ExecuteError::Idempotency(Error::TwinFailed { .. }))
-        | Err(ExecuteError::Function(_)) => "failed",
-        Err(ExecuteError::Idempotency(_)) => "store_error",
+        Err(ExecuteError::Idempotency(e)) => error_label(e),
+        Err(ExecuteError::Function(_)) => "failed",
+    }
+}
+
+/// The `outcome` label of the library's own error.
+pub(crate) fn error_label(e: &Error) -> &'static str {
+    match e {
+        Error::AlreadyInProgress { .. } => "in_progress",
+        e if e.is_permanent() => "rejected",
+        Error::LeaseLost { .. } => "lease_lost",
+        Error::TwinFailed { .. } => "failed",
+        _ => "store_error",
     }
 }
 

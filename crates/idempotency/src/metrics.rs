@@ -6,7 +6,7 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`) |
+//! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`, `panicked`, `cancelled`) |
 //! | [`BATCH_FAILURES`] | counter | `kind` ([`FailureKind::as_str`](crate::FailureKind::as_str)) |
 //! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`), `result` (`ok`, `error`, `timeout`) |
 //! | [`STORE_REQUEST_SECONDS`] | histogram | `store`, `operation` |
@@ -34,7 +34,7 @@ pub fn describe() {
         describe_counter!(
             OUTCOMES,
             Unit::Count,
-            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, rejected, failed, lease_lost, store_error"
+            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, rejected, failed, lease_lost, store_error, panicked, cancelled"
         );
         describe_counter!(
             BATCH_FAILURES,

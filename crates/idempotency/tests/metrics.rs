@@ -278,7 +278,7 @@ where
         id: &tracing::span::Id,
         ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
-        if attrs.metadata().name() == "idempotency" {
+        if matches!(attrs.metadata().name(), "idempotency" | "handler") {
             let mut fields = BTreeMap::new();
             attrs.record(&mut Visit(&mut fields));
             let mut all = self.0.lock().unwrap();
@@ -337,4 +337,215 @@ fn the_span_carries_the_key_the_outcome_and_each_store_requests_time() {
         assert!((0.0..1000.0).contains(&ms), "{field} = {ms}");
     }
     assert!(second.contains_key("claim_ms") && !second.contains_key("complete_ms"));
+}
+
+// ---- Hostile review (issue 20) ----
+
+/// One HTTP request that waits for its twin elsewhere and is answered with the twin's
+/// stored response is one call: counted once, as a replay. Today the layer's first
+/// `execute_inner` counts `in_progress` (which the SAM in-progress alarm sums), the replay
+/// found by the wait is never counted, and a wait that finds the key released runs the
+/// handler and counts a second outcome for the same request.
+#[test]
+fn an_http_request_that_waits_for_its_twin_is_counted_once_by_its_answer() {
+    use lambda_http::tower::{Service, ServiceBuilder, service_fn};
+    use lambda_http::{Body, Request, Response};
+    use lambda_idempotency::http::{CallerScope, IdempotencyKeyLayer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let all = recorded(|| async move {
+        let store = FaultyStore::new(MemoryStore::new());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let app = {
+            let (gate, calls) = (gate.clone(), calls.clone());
+            service_fn(move |request: Request| {
+                let (gate, calls) = (gate.clone(), calls.clone());
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if request.headers().contains_key("x-gate") {
+                        gate.acquire().await.unwrap().forget();
+                    }
+                    let status = request
+                        .headers()
+                        .get("x-status")
+                        .map_or(200, |v| v.to_str().unwrap().parse().unwrap());
+                    Ok::<_, lambda_http::Error>(
+                        Response::builder()
+                            .status(status)
+                            .body(Body::from("done"))
+                            .unwrap(),
+                    )
+                }
+            })
+        };
+        let build = |wait: Option<Duration>| {
+            let idempotency = Idempotency::builder(store.clone())
+                .function_name("fn")
+                .build();
+            let mut builder = IdempotencyKeyLayer::builder(idempotency, "generate")
+                .scope(CallerScope::unscoped());
+            if let Some(wait) = wait {
+                builder = builder.wait_for_in_progress(wait);
+            }
+            ServiceBuilder::new()
+                .layer(builder.build().unwrap())
+                .service(app.clone())
+        };
+        let here = build(None);
+        let elsewhere = build(Some(Duration::from_secs(10)));
+        let request = |key: &str, status: Option<&str>| {
+            let mut r = lambda_http::http::Request::builder()
+                .method("POST")
+                .uri("/x")
+                .header("idempotency-key", key);
+            if let Some(status) = status {
+                r = r.header("x-status", status).header("x-gate", "1");
+            }
+            r.body(Body::from("{}")).unwrap()
+        };
+        // k-1: the twin waits, then replays the first's response.
+        // k-2: the first answers 503 (released), the waiting twin then runs the handler.
+        for (key, first_status, twin_status) in
+            [("k-1", Some("200"), 200), ("k-2", Some("503"), 200)]
+        {
+            let before = calls.load(Ordering::SeqCst);
+            let first = tokio::spawn({
+                let mut here = here.clone();
+                let request = request(key, first_status);
+                async move { here.call(request).await.unwrap() }
+            });
+            while calls.load(Ordering::SeqCst) == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let twin = tokio::spawn({
+                let mut elsewhere = elsewhere.clone();
+                let request = request(key, None);
+                async move { elsewhere.call(request).await.unwrap() }
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            gate.add_permits(1);
+            first.await.unwrap();
+            assert_eq!(twin.await.unwrap().status().as_u16(), twin_status);
+        }
+    });
+    // Four requests, four answers: k-1 executed + replayed; k-2 failed (503) + executed.
+    let expected: BTreeMap<String, u64> = [("executed", 2), ("replayed", 1), ("failed", 1)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    assert_eq!(outcomes(&all), expected);
+}
+
+/// A call whose function panics is a call: it is counted (as failed, or a kind of its
+/// own). Today the counter is incremented after the awaited future returns, so a panic
+/// unwinding through `execute_inner` leaves no count, while its claim was counted in the
+/// store requests.
+#[test]
+fn a_call_whose_function_panics_is_counted() {
+    let all = recorded(|| async move {
+        let idempotency = Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .build();
+        let op = Operation::new("send", KeyStrategy::field("id"));
+        let call = tokio::spawn(async move {
+            let _: Result<String, lambda_idempotency::Error> = idempotency
+                .run(&op, &json!({"id": "p"}), || async {
+                    panic!("the function panicked")
+                })
+                .await;
+        });
+        assert!(call.await.unwrap_err().is_panic());
+    });
+    assert_eq!(
+        counter(
+            &all,
+            STORE_REQUESTS,
+            &[
+                ("store", "memory"),
+                ("operation", "claim"),
+                ("result", "ok")
+            ]
+        ),
+        1,
+        "the claim was made"
+    );
+    assert_eq!(
+        outcomes(&all).values().sum::<u64>(),
+        1,
+        "{:?}",
+        outcomes(&all)
+    );
+}
+
+/// A call cut off by its caller (a timeout around it, a batch answering at its deadline)
+/// after its claim: the claim is counted, the call never is.
+#[test]
+fn a_call_cut_off_after_its_claim_is_counted() {
+    let all = recorded(|| async move {
+        let idempotency = Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .build();
+        let op = Operation::new("send", KeyStrategy::field("id"));
+        let payload = json!({"id": "t"});
+        let call = idempotency.execute(&op, &payload, || async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, String>(1u8)
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), call)
+                .await
+                .is_err()
+        );
+    });
+    assert_eq!(
+        outcomes(&all).values().sum::<u64>(),
+        1,
+        "{:?}",
+        outcomes(&all)
+    );
+}
+
+/// The span fields are recorded on `Span::current()`: when the `idempotency` span is
+/// filtered out (`RUST_LOG=info,lambda_idempotency=warn`), the current span is the
+/// caller's, and the library writes the idempotency key and its timings into the
+/// caller's own fields of the same names.
+#[test]
+fn with_the_idempotency_span_filtered_out_the_callers_span_is_left_alone() {
+    use tracing::Instrument;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let filter =
+        tracing_subscriber::filter::filter_fn(|m| !m.target().starts_with("lambda_idempotency"));
+    let subscriber = tracing_subscriber::registry().with(fields.clone().with_filter(filter));
+    tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let idempotency = Idempotency::new(MemoryStore::new());
+                let op = Operation::new("send", KeyStrategy::field("id"));
+                let span = tracing::info_span!(
+                    "handler",
+                    key = tracing::field::Empty,
+                    claim_ms = tracing::field::Empty
+                );
+                let answer: Result<String, lambda_idempotency::Error> = idempotency
+                    .run(&op, &json!({"id": "secret-key"}), || async {
+                        Ok("done".to_owned())
+                    })
+                    .instrument(span)
+                    .await;
+                answer.unwrap();
+            });
+    });
+    let spans = fields.0.lock().unwrap().clone();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert!(
+        !spans[0].contains_key("key") && !spans[0].contains_key("claim_ms"),
+        "the caller's span was written to: {:?}",
+        spans[0]
+    );
 }

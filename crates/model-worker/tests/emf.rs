@@ -150,3 +150,43 @@ async fn concurrent_invocations_write_every_count_once() {
         19.0 + 10.0
     );
 }
+
+/// What one flush holds after many calls (a large batch, or several concurrent invocations
+/// between two flushes): every count exactly, and at most 100 latency samples per label
+/// set (metrics_cloudwatch_embedded keeps no more between flushes), as `model_worker::emf`
+/// says.
+#[tokio::test]
+async fn a_flush_counts_everything_and_samples_latency_at_100_per_label_set() {
+    use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
+    let collector = model_worker::emf::install("emf-unit").unwrap();
+    let idempotency = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("op", KeyStrategy::field("id"));
+    for i in 0..150 {
+        idempotency
+            .execute(&op, &serde_json::json!({"id": i.to_string()}), || async {
+                Ok::<_, String>(1u8)
+            })
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    model_worker::emf::flush(collector, &mut out);
+    let lines: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sums = sums(&lines);
+    let requests = sums[&("idempotency_store_requests_total".to_owned(), String::new())];
+    let samples = sums[&(
+        "idempotency_store_request_seconds".to_owned(),
+        String::new(),
+    )];
+    assert_eq!(requests, 300.0, "every store request counted: {sums:?}");
+    assert_eq!(
+        samples, 200.0,
+        "100 latency samples for each of the two operations: {sums:?}"
+    );
+}

@@ -38,7 +38,12 @@ impl Engine {
             "complete" => "complete_ms",
             _ => "release_ms",
         };
-        tracing::Span::current().record(field, started.elapsed().as_secs_f64() * 1000.0);
+        // On the call's own span only: when it is filtered out, the current span is the
+        // caller's, whose fields are not ours to write.
+        let span = tracing::Span::current();
+        if span.metadata().is_some_and(|m| m.name() == "idempotency") {
+            span.record(field, started.elapsed().as_secs_f64() * 1000.0);
+        }
         result
     }
 

@@ -7,6 +7,7 @@ use super::scope::Resolved;
 use super::stored::{StoredResponse, fingerprint};
 use super::wait::{self, Polled};
 use crate::error::{BoxError, Error, ExecuteError, report};
+use crate::handle::error_label;
 use crate::invocation::context_deadline;
 use crate::operation::Outcome;
 use crate::record::LEASE_TOKEN_LEN;
@@ -119,10 +120,49 @@ impl<B, E> fmt::Display for Unstored<B, E> {
     }
 }
 
+/// Counts a request's outcome once, however many calls it made (a wait, a claim after a
+/// twin failed), when the request is done or unwinds; a request refused before any store
+/// request (no key, no caller) is not a call and is not counted.
+struct CountOnce<'a> {
+    settings: &'a Settings,
+    outcome: Option<&'static str>,
+}
+
+impl Drop for CountOnce<'_> {
+    fn drop(&mut self) {
+        if let Some(outcome) = self.outcome {
+            let s = self.settings;
+            let function = &s.idempotency.engine.config.function_name;
+            crate::metrics::outcome(function, s.operation.name(), outcome);
+        }
+    }
+}
+
 async fn respond<S, ReqBody, ResBody>(
     s: &Settings,
     inner: S,
     request: Request<ReqBody>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body + From<Vec<u8>> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let mut count = CountOnce {
+        settings: s,
+        outcome: None,
+    };
+    respond_counted(s, inner, request, &mut count.outcome).await
+}
+
+async fn respond_counted<S, ReqBody, ResBody>(
+    s: &Settings,
+    inner: S,
+    request: Request<ReqBody>,
+    outcome: &mut Option<&'static str>,
 ) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -181,7 +221,10 @@ where
     let idempotency = &s.idempotency;
     let id = match idempotency.idempotency_id(&s.operation, &payload) {
         Ok(id) => id,
-        Err(e) => return Ok(s.error_problem(&e)),
+        Err(e) => {
+            *outcome = Some(error_label(&e));
+            return Ok(s.error_problem(&e));
+        }
     };
     let give_up_at = s.wait.map(|wait| {
         let at = crate::clock::add(idempotency.now(), wait);
@@ -224,7 +267,7 @@ where
             *ran_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
             Ok(stored)
         };
-        let execute = idempotency.execute_inner(&s.operation, &payload, deadline, run);
+        let execute = idempotency.execute_observed(&s.operation, &payload, deadline, false, run);
         let result = match (&s.in_flight, give_up_at) {
             // A twin in this process is joined in memory, until the wait's one bound.
             (Some(in_flight), Some(until)) => {
@@ -234,8 +277,15 @@ where
         };
         let ran = ran.into_inner().unwrap_or_else(|p| p.into_inner());
         let waiting = match result {
-            Ok((stored, outcome)) => return Ok(s.answer(stored, outcome, ran)),
+            Ok((stored, answered)) => {
+                *outcome = Some(answered.as_str());
+                return Ok(s.answer(stored, answered, ran));
+            }
             Err(ExecuteError::Function(unstored)) => {
+                *outcome = Some(match unstored {
+                    Unstored::Panicked(_) => "panicked",
+                    _ => "failed",
+                });
                 return match unstored {
                     Unstored::Status(response) | Unstored::TooLarge(response) => Ok(response),
                     Unstored::Inner(e) => Err(e),
@@ -251,6 +301,7 @@ where
                 };
             }
             Err(ExecuteError::Idempotency(e)) => {
+                *outcome = Some(error_label(&e));
                 if let Some(response) = ran {
                     warn!(error = %report(&e), "the handler ran but its response was not stored; returning it");
                     return Ok(response);
@@ -270,10 +321,16 @@ where
             return Ok(s.in_progress(waiting));
         };
         match wait::poll(idempotency, id, &payload, &s.operation, give_up_at, waiting).await {
-            Polled::Completed(stored) => return Ok(s.answer(stored, Outcome::Replayed, None)),
+            Polled::Completed(stored) => {
+                *outcome = Some(Outcome::Replayed.as_str());
+                return Ok(s.answer(stored, Outcome::Replayed, None));
+            }
             Polled::Claimable => continue,
             Polled::InProgress(retry_after) => return Ok(s.in_progress(retry_after)),
-            Polled::Failed(e) => return Ok(s.error_problem(&e)),
+            Polled::Failed(e) => {
+                *outcome = Some(error_label(&e));
+                return Ok(s.error_problem(&e));
+            }
         }
     }
 }

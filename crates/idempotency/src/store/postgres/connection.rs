@@ -33,7 +33,14 @@ impl PostgresStore {
             }
             let statement = self.prepared_statement(&client, sql, params).await?;
             let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-            client.query(&statement, &values).await
+            let rows = client.query(&statement, &values).await;
+            if let Err(e) = &rows
+                && super::error::lost_prepared_statement(e)
+            {
+                // The retry (the error is retryable) prepares again.
+                self.statements().1.clear();
+            }
+            rows
         };
         match tokio::time::timeout(self.request_timeout, request).await {
             Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),

@@ -29,6 +29,16 @@ mod sqlstate {
     pub(super) const IDLE_SESSION_TIMEOUT: &str = "57P05";
     pub(super) const TOO_MANY_CONNECTIONS: &str = "53300";
     pub(super) const UNDEFINED_TABLE: &str = "42P01";
+    /// A prepared statement the session no longer has (a pooler's `DISCARD ALL`, a
+    /// transaction-mode pooler that moved the client to another server connection).
+    pub(super) const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+}
+
+/// Whether the error says the session lost a statement prepared on it: the cache is
+/// cleared, and the retry prepares again.
+pub(super) fn lost_prepared_statement(err: &tokio_postgres::Error) -> bool {
+    err.code()
+        .is_some_and(|code| code.code() == sqlstate::INVALID_SQL_STATEMENT_NAME)
 }
 
 /// Answers (codes or classes) after which the connection is no longer usable.
@@ -52,6 +62,7 @@ const RETRYABLE: &[&str] = &[
     sqlstate::IDLE_SESSION_TIMEOUT,
     sqlstate::TOO_MANY_CONNECTIONS,
     sqlstate::READ_ONLY_SQL_TRANSACTION,
+    sqlstate::INVALID_SQL_STATEMENT_NAME,
 ];
 
 /// Whether the SQLSTATE `code` is one of `list` or in one of its classes.
@@ -234,6 +245,10 @@ mod tests {
                 SqlState::TOO_MANY_CONNECTIONS,
             ),
             (sqlstate::UNDEFINED_TABLE, SqlState::UNDEFINED_TABLE),
+            (
+                sqlstate::INVALID_SQL_STATEMENT_NAME,
+                SqlState::INVALID_SQL_STATEMENT_NAME,
+            ),
         ] {
             assert_eq!(ours, theirs.code());
         }

@@ -249,11 +249,21 @@ impl IdempotencyStore for Timed {
 
 /// The store's own tool doing the same atomic work: script (or statement) calls per
 /// second, and its p99 latency when the tool reports one.
-fn raw(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+/// The same messages without the library: (messages per second, the claims' p99 in ms).
+async fn raw(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
     match kind {
-        Store::Redis => raw_redis(workers, seconds, hot),
+        Store::Redis => raw_redis_messages(workers, seconds, hot).await,
         Store::Postgres => raw_pgbench(workers, seconds, hot),
         Store::RedisCluster => None,
+    }
+}
+
+/// redis-benchmark calling the claim script alone (random keys, or a key in progress):
+/// the tool's own ceiling for one script, beside the messages.
+fn raw_tool(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+    match kind {
+        Store::Redis => raw_redis(workers, seconds, hot),
+        _ => None,
     }
 }
 
@@ -319,19 +329,22 @@ fn raw_redis(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64
     Some((*fields.first()?, fields.get(5).copied()))
 }
 
+/// pgbench running the store's own statements, prepared as the store sends them
+/// (`SCALE_PGBENCH_MODE=extended` for unnamed ones, as `prepared_statements(false)`): per
+/// transaction, with distinct keys, the claim and the completion of one message; with the
+/// hot key, a claim of a completed record (the replay branch, as the library's). Returns
+/// messages (transactions) per second.
 fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
-    // Prepared, as the store sends its statements by default; `SCALE_PGBENCH_MODE=extended`
-    // compares with the store's `prepared_statements(false)` (an unnamed statement per call).
     let mode = std::env::var("SCALE_PGBENCH_MODE").unwrap_or_else(|_| "prepared".into());
     let table = "bench_scale.raw";
     let store = PostgresStore::from_url(&postgres_url(), table).ok()?;
-    let id = if hot {
-        "'hot'".to_owned()
-    } else {
-        "('scale-' || :id)".to_owned()
-    };
     let now = now_ms();
-    let sql = store
+    let id = if hot {
+        format!("'hot-{now}'")
+    } else {
+        format!("('msg-{now}-' || :id)")
+    };
+    let claim = store
         .claim_sql()
         .replace("$1", &id)
         .replace("$2", &(now / 1000 + 3600).to_string())
@@ -339,17 +352,33 @@ fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f
         .replace("$4", "NULL::text")
         .replace("$5", "'bench-token'")
         .replace("$6", &(now / 1000).to_string())
-        .replace("$7", &now.to_string());
+        .replace("$7", &now.to_string())
+        .replace('\n', " ");
+    let complete = store
+        .complete_sql()
+        .replace("$1", &id)
+        .replace("$2", "'bench-token'")
+        .replace("$3", "'1'")
+        .replace("$4", &(now / 1000 + 3600).to_string())
+        .replace('\n', " ");
+    let script = if hot {
+        // The hot record, completed once, as the library's first message leaves it.
+        let prepared = Command::new("psql")
+            .arg(postgres_url())
+            .args(["-q", "-c", &format!("{claim}; {complete};")])
+            .output()
+            .ok()?;
+        if !prepared.status.success() {
+            return None;
+        }
+        format!("{claim};\n")
+    } else {
+        format!("\\set id random(1, 1000000000)\n{claim};\n{complete};\n")
+    };
     let dir = std::env::temp_dir().join(format!("bench-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
-    let file = dir.join("claim.sql");
-    // pgbench reads one statement per line unless it ends with `;` on its own line.
-    let one_line = sql.replace('\n', " ");
-    std::fs::write(
-        &file,
-        format!("\\set id random(1, 1000000000)\n{one_line};\n"),
-    )
-    .ok()?;
+    let file = dir.join("message.sql");
+    std::fs::write(&file, script).ok()?;
     let out = Command::new("pgbench")
         .args([
             "-n",
@@ -359,10 +388,8 @@ fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f
             "2",
             "-T",
             &seconds.to_string(),
-            "-M",
-            &mode,
-            "-f",
         ])
+        .args(["-M", &mode, "-f"])
         .arg(&file)
         .arg(postgres_url())
         .output()
@@ -378,15 +405,132 @@ fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f
     Some((tps, None))
 }
 
+/// The store's own scripts without the library, on a connection per worker as the
+/// library's workers have: per message, with distinct keys, `EVALSHA` of the claim script
+/// then of the completion script; with the hot key, the claim of a completed record.
+/// redis-benchmark cannot chain two scripts per request, so this is a loop on the client
+/// crate the store uses. Returns messages per second and the claims' p99 (ms).
+async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+    let client = redis::Client::open(redis_url()).ok()?;
+    let scripts = RawScripts::new();
+    let run = now_ms();
+    let hot_key = format!("bench-raw-msg:{run}:hot");
+    if hot {
+        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+        let now = now_ms();
+        scripts.claim(&mut connection, &hot_key, now).await.ok()?;
+        scripts
+            .complete(&mut connection, &hot_key, now)
+            .await
+            .ok()?;
+    }
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+        let (scripts, hot_key) = (scripts.clone(), hot_key.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut n, mut claims) = (0u64, Vec::new());
+            while Instant::now() < until {
+                let now = now_ms();
+                let key = if hot {
+                    hot_key.clone()
+                } else {
+                    format!("bench-raw-msg:{run}:{w}:{n}")
+                };
+                let t = Instant::now();
+                let claimed = scripts.claim(&mut connection, &key, now).await;
+                claims.push(t.elapsed());
+                if claimed.is_err() {
+                    break;
+                }
+                if !hot && scripts.complete(&mut connection, &key, now).await.is_err() {
+                    break;
+                }
+                n += 1;
+            }
+            (n, claims)
+        }));
+    }
+    let (mut messages, mut claims) = (0u64, Vec::new());
+    for task in tasks {
+        let (n, c) = task.await.ok()?;
+        messages += n;
+        claims.extend(c);
+    }
+    claims.sort_unstable();
+    let p99 = claims.get(((claims.len().max(1) - 1) as f64 * 0.99) as usize)?;
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    Some((rate, Some(p99.as_secs_f64() * 1000.0)))
+}
+
+/// The store's claim and completion scripts, called as the store calls them.
+#[derive(Clone)]
+struct RawScripts {
+    claim: redis::Script,
+    complete: redis::Script,
+}
+
+impl RawScripts {
+    fn new() -> Self {
+        RawScripts {
+            claim: redis::Script::new(include_str!(
+                "../../../idempotency/src/store/redis/scripts/claim.lua"
+            )),
+            complete: redis::Script::new(include_str!(
+                "../../../idempotency/src/store/redis/scripts/complete.lua"
+            )),
+        }
+    }
+
+    async fn claim(
+        &self,
+        connection: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+        now: u128,
+    ) -> redis::RedisResult<redis::Value> {
+        self.claim
+            .key(key)
+            .arg(now as u64)
+            .arg((now / 1000) as u64)
+            .arg((now / 1000 + 3600) as u64)
+            .arg((now + 60_000) as u64)
+            .arg("bench-token")
+            .arg("0")
+            .arg("")
+            .arg((now + 3_600_000) as u64)
+            .invoke_async(connection)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        connection: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+        now: u128,
+    ) -> redis::RedisResult<redis::Value> {
+        self.complete
+            .key(key)
+            .arg("bench-token")
+            .arg((now / 1000 + 3600) as u64)
+            .arg((now + 3_600_000) as u64)
+            .arg("1")
+            .arg("1")
+            .invoke_async(connection)
+            .await
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
 async fn concurrency_table(levels: &[usize], seconds: u64) {
     println!(
-        "| store | keys | workers | messages/s | store requests/s | raw calls/s (tool) | library ÷ raw | claim p50 ms | claim p99 ms | raw p99 ms | in progress | errors |"
+        "| store | keys | workers | messages/s | store requests/s | raw messages/s | library ÷ raw | claim p50 ms | claim p99 ms | raw claim p99 ms | redis-benchmark claims/s | its p99 ms | in progress | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let only = std::env::var("SCALE_STORES").unwrap_or_default();
     for kind in [Store::Redis, Store::RedisCluster, Store::Postgres] {
         let wanted = match kind {
@@ -410,7 +554,7 @@ async fn concurrency_table(levels: &[usize], seconds: u64) {
                     Ok(m) => m,
                     Err(e) => {
                         println!(
-                            "| {} | {} | {workers} | refused: {e} | | | | | | | | |",
+                            "| {} | {} | {workers} | refused: {e} | | | | | | | | | | |",
                             kind.name(),
                             if hot { "one hot key" } else { "distinct" }
                         );
@@ -420,17 +564,25 @@ async fn concurrency_table(levels: &[usize], seconds: u64) {
                 // A distinct key costs two requests (claim, completion); a hot one, one.
                 let per_message = if hot { 1.0 } else { 2.0 };
                 let requests = measured.rate() * per_message;
-                let raw = raw(kind, workers, seconds, hot);
-                let (raw_rate, ratio, raw_p99) = match raw {
+                let raw_messages = raw(kind, workers, seconds, hot).await;
+                let tool = raw_tool(kind, workers, seconds, hot);
+                let (raw_rate, ratio, raw_p99) = match raw_messages {
                     Some((rate, p99)) => (
                         format!("{rate:.0}"),
-                        format!("{:.2}", requests / rate),
+                        format!("{:.2}", measured.rate() / rate),
                         p99.map_or("-".to_owned(), |p| format!("{p:.2}")),
                     ),
                     None => ("-".into(), "-".into(), "-".into()),
                 };
+                let (tool_rate, tool_p99) = match tool {
+                    Some((rate, p99)) => (
+                        format!("{rate:.0}"),
+                        p99.map_or("-".to_owned(), |p| format!("{p:.2}")),
+                    ),
+                    None => ("-".into(), "-".into()),
+                };
                 println!(
-                    "| {} | {} | {workers} | {:.0} | {requests:.0} | {raw_rate} | {ratio} | {} | {} | {raw_p99} | {} | {} |",
+                    "| {} | {} | {workers} | {:.0} | {requests:.0} | {raw_rate} | {ratio} | {} | {} | {raw_p99} | {tool_rate} | {tool_p99} | {} | {} |",
                     kind.name(),
                     if hot { "one hot key" } else { "distinct" },
                     measured.rate(),
@@ -532,22 +684,29 @@ mod volume {
         };
         let empty = claim_latency(Arc::new(store.clone()), 5_000).await;
         let before = memory(&store).await;
-        // A completed record as the store writes it, a million times, by a server-side loop.
+        // A completed record as the store writes it, a million times, by a server-side loop
+        // in chunks of 100 000 (each well within the store's request timeout).
         let now = now_ms();
-        let fill = format!(
-            "for i = 1, {records} do \
-               local k = '{ns}fill-' .. i \
-               redis.call('HSET', k, 'status', 'COMPLETED', 'expiration', '{exp}', 'data', '{{\"ok\":1}}', 'lease_token', '0123456789abcdef0123456789abcdef01234567', 'validation', '') \
-               redis.call('PEXPIREAT', k, {pexp}) \
-             end return {records}",
-            exp = now / 1000 + 86_400,
-            pexp = now + 86_400_000,
-        );
         let started = Instant::now();
-        store
-            .query(redis::cmd("EVAL").arg(fill).arg(0))
-            .await
-            .expect("fill");
+        let chunk = 100_000u64;
+        let mut first = 1u64;
+        while first <= records {
+            let last = (first + chunk - 1).min(records);
+            let fill = format!(
+                "for i = {first}, {last} do \
+                   local k = '{ns}fill-' .. i \
+                   redis.call('HSET', k, 'status', 'COMPLETED', 'expiration', '{exp}', 'data', '{{\"ok\":1}}', 'lease_token', '0123456789abcdef0123456789abcdef01234567', 'validation', '') \
+                   redis.call('PEXPIREAT', k, {pexp}) \
+                 end return {last}",
+                exp = now / 1000 + 86_400,
+                pexp = now + 86_400_000,
+            );
+            store
+                .query(redis::cmd("EVAL").arg(fill).arg(0))
+                .await
+                .expect("fill");
+            first = last + 1;
+        }
         let filled_in = started.elapsed();
         let after = memory(&store).await;
         let full = claim_latency(Arc::new(store.clone()), 5_000).await;
@@ -561,9 +720,15 @@ mod volume {
             (after.saturating_sub(before)) / records
         );
         // Leave nothing behind: the records expire in a day anyway; delete them now.
-        let clear =
-            format!("for i = 1, {records} do redis.call('UNLINK', '{ns}fill-' .. i) end return 1");
-        let _ = store.query(redis::cmd("EVAL").arg(clear).arg(0)).await;
+        let mut first = 1u64;
+        while first <= records {
+            let last = (first + 100_000 - 1).min(records);
+            let clear = format!(
+                "for i = {first}, {last} do redis.call('UNLINK', '{ns}fill-' .. i) end return 1"
+            );
+            let _ = store.query(redis::cmd("EVAL").arg(clear).arg(0)).await;
+            first = last + 1;
+        }
     }
 
     async fn postgres(records: u64) {

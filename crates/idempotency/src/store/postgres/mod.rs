@@ -394,6 +394,14 @@ impl PostgresStore {
         &self.inner.sql.claim
     }
 
+    /// The completion statement. Parameters: `$1` id, `$2` lease token, `$3` data, `$4`
+    /// expiration (epoch s). A test hook (the benchmarks run it with pgbench).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub fn complete_sql(&self) -> &str {
+        &self.inner.sql.complete
+    }
+
     /// Deletes at most `limit` expired rows (expired by whole seconds, and not in progress
     /// with a live lease: exactly the rows a claim could take over and no live record),
     /// skipping rows another transaction holds, and returns how many it deleted. Call it

@@ -567,6 +567,50 @@ async fn waiting_for_a_twin_elsewhere_reads_its_record_with_backoff() {
     assert!((2..=6).contains(&reads), "{reads} reads");
 }
 
+/// A read that hangs while a request waits for its twin is cut off by the store attempt
+/// timeout and answered 503 (retry later), never left waiting, never run unprotected.
+#[tokio::test]
+async fn a_read_that_hangs_during_a_wait_is_503() {
+    let store = store();
+    let app = App::new();
+    let here = layered(&app, layer(&store).build().unwrap());
+    let patient = Idempotency::builder(store.clone())
+        .store_attempt_timeout(Duration::from_millis(100))
+        .build();
+    let elsewhere = layered(
+        &app,
+        IdempotencyKeyLayer::builder(patient, "generate")
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let here = here.clone();
+        async move { send(&here, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    store.inject(StoreOp::Get, Fault::Hang, 1);
+    let started = std::time::Instant::now();
+    let twin = send(&elsewhere, HTTP_API, |_| {}).await;
+    assert_eq!(twin.status, 503);
+    assert!(
+        twin.json()["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#store-unavailable")
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    app.gate.add_permits(1);
+    first.await.unwrap();
+    assert_eq!(app.calls(), 1);
+}
+
 #[tokio::test]
 async fn a_wait_that_runs_out_is_409() {
     let store = store();

@@ -24,6 +24,12 @@ pub const DEFAULT_NAMESPACE: &str = "lambda-idempotency";
 /// Installs the process's collector as the global `metrics` recorder, with the library's
 /// descriptions. Once per process, at start-up.
 pub fn install(namespace: &str) -> Result<&'static Collector, String> {
+    // CloudWatch namespaces: 1 to 255 characters, no leading colon.
+    if namespace.trim().is_empty() || namespace.len() > 255 || namespace.starts_with(':') {
+        return Err(format!(
+            "METRICS_NAMESPACE={namespace:?} is no CloudWatch namespace (1 to 255 characters, not starting with ':')"
+        ));
+    }
     let collector = Builder::new()
         .cloudwatch_namespace(namespace.to_owned())
         .init()
@@ -36,5 +42,18 @@ pub fn install(namespace: &str) -> Result<&'static Collector, String> {
 pub fn flush(collector: &Collector, out: impl std::io::Write) {
     if let Err(e) = collector.flush(out) {
         tracing::warn!(error = %e, "could not write the metrics");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_namespace_cloudwatch_refuses_fails_at_start_up() {
+        for bad in ["", "  ", ":ns", &"n".repeat(256)] {
+            let Err(e) = super::install(bad) else {
+                panic!("{bad:?} accepted")
+            };
+            assert!(e.contains("METRICS_NAMESPACE"), "{e}");
+        }
     }
 }

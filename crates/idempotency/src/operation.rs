@@ -146,13 +146,25 @@ impl Operation {
     /// The names were checked when the operation and the handle were built.
     pub(crate) fn stored_id(&self, function_name: &str, payload: &Value) -> Result<String, Error> {
         let key = self.key.derive(payload)?;
-        Ok(match &self.key_prefix {
-            Some(prefix) => format!("{prefix}{PREFIX_END}{key}"),
-            None => format!(
-                "{function_name}{FUNCTION_END}{}{PREFIX_END}{key}",
-                self.name
-            ),
-        })
+        // Pushed rather than formatted: this runs for every message.
+        let mut id = String::with_capacity(
+            self.key_prefix
+                .as_ref()
+                .map_or(function_name.len() + 1 + self.name.len(), String::len)
+                + 1
+                + key.len(),
+        );
+        match &self.key_prefix {
+            Some(prefix) => id.push_str(prefix),
+            None => {
+                id.push_str(function_name);
+                id.push(FUNCTION_END);
+                id.push_str(&self.name);
+            }
+        }
+        id.push(PREFIX_END);
+        id.push_str(&key);
+        Ok(id)
     }
 }
 

@@ -37,20 +37,112 @@ impl Store {
     }
 }
 
-/// One level's measurements.
-struct Measured {
-    messages: u64,
-    seconds: f64,
-    claim_p50: Duration,
-    claim_p99: Duration,
-    errors: u64,
+/// One timed run of one variant (the library, the raw loop, or the store's tool): its
+/// rate, its claims' latencies, and the CPU it took per message.
+#[derive(Default)]
+struct Sample {
+    /// Messages per second (for redis-benchmark, claim scripts per second).
+    rate: f64,
+    /// Each claim's round trip, where the variant times them.
+    claims: Vec<Duration>,
+    /// The p99 the tool reports, in ms, where it times itself.
+    reported_p99: Option<f64>,
+    /// CPU of this process (or of the tool, a child it waited for), per message, µs.
+    client_us: f64,
+    /// CPU of the Redis server per message, µs (a single node only).
+    server_us: Option<f64>,
     in_progress: u64,
+    errors: u64,
 }
 
-impl Measured {
-    fn rate(&self) -> f64 {
-        self.messages as f64 / self.seconds
+impl Sample {
+    fn p99_ms(&self) -> Option<f64> {
+        self.reported_p99.or_else(|| {
+            (!self.claims.is_empty()).then(|| pick(&self.claims, 0.99).as_secs_f64() * 1e3)
+        })
     }
+}
+
+/// The `q` quantile of sorted durations.
+fn pick(sorted: &[Duration], q: f64) -> Duration {
+    sorted
+        .get(((sorted.len().max(1) - 1) as f64 * q) as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// CPU counters, read before and after a run: this process's (children it waited for
+/// included, so a tool's run counts) and, for Redis, the server's (`INFO cpu`).
+struct Cpu {
+    own: Duration,
+    server: Option<Duration>,
+}
+
+impl Cpu {
+    async fn read(kind: Store) -> Cpu {
+        Cpu {
+            own: process_cpu(),
+            server: match kind {
+                Store::Redis => redis_server_cpu().await,
+                _ => None,
+            },
+        }
+    }
+
+    /// Fills `sample`'s CPU per message for `messages` messages since `self`.
+    async fn charge(self, kind: Store, messages: u64, sample: &mut Sample) {
+        let now = Cpu::read(kind).await;
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / messages.max(1) as f64;
+        sample.client_us = per(now.own.saturating_sub(self.own));
+        sample.server_us = match (self.server, now.server) {
+            (Some(before), Some(after)) => Some(per(after.saturating_sub(before))),
+            _ => None,
+        };
+    }
+}
+
+/// This process's CPU (user and system), and that of the children it waited for, from
+/// `/proc/self/stat` (Linux; ticks of 10 ms: a run of seconds reads to about 1 %).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // After the command's closing parenthesis: field 3 (state) first, so utime (14),
+    // stime, cutime and cstime (17) are the 12th to 15th.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(4)
+                .filter_map(|f| f.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// The Redis server's CPU so far (`used_cpu_user` + `used_cpu_sys`).
+async fn redis_server_cpu() -> Option<Duration> {
+    let client = redis::Client::open(redis_url()).ok()?;
+    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut connection)
+        .await
+        .ok()?;
+    let seconds: f64 = info
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_user:")
+                .or_else(|| l.strip_prefix("used_cpu_sys:"))
+        })
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum();
+    Some(Duration::from_secs_f64(seconds))
 }
 
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
@@ -101,22 +193,24 @@ async fn open(kind: Store, scope: &str) -> Result<Arc<dyn IdempotencyStore>, Str
     })
 }
 
-/// `workers` workers, each with its own connection, run messages for `seconds`: each a
-/// claim and a completion (distinct keys), or a claim answered by the stored result (one
-/// hot key, after its first run). Claims are timed by a wrapper around the store.
+/// `workers` workers, each with its own connection, run messages through the library for
+/// `seconds`: each a claim and a completion (distinct keys), or a claim answered by the
+/// stored result (one hot key, after its first run). Claims are timed by a wrapper around
+/// the store.
 async fn run_level(
     kind: Store,
     scope: &str,
     workers: usize,
     seconds: u64,
     hot: bool,
-) -> Result<Measured, String> {
+) -> Result<Sample, String> {
     let mut stores = Vec::with_capacity(workers);
     for _ in 0..workers {
         stores.push(open(kind, scope).await?);
     }
     let op = Operation::new("scale", KeyStrategy::field("id"));
     let run = format!("{}", now_ms());
+    let cpu = Cpu::read(kind).await;
     let until = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -155,30 +249,19 @@ async fn run_level(
             (n, errors, in_progress, timed.claims())
         }));
     }
-    let (mut messages, mut errors, mut in_progress, mut claims) = (0, 0, 0, Vec::new());
+    let mut sample = Sample::default();
+    let mut messages = 0;
     for task in tasks {
         let (n, e, p, c) = task.await.map_err(|e| e.to_string())?;
         messages += n;
-        errors += e;
-        in_progress += p;
-        claims.extend(c);
+        sample.errors += e;
+        sample.in_progress += p;
+        sample.claims.extend(c);
     }
-    let seconds = started.elapsed().as_secs_f64();
-    claims.sort_unstable();
-    let pick = |q: f64| {
-        claims
-            .get(((claims.len() as f64 - 1.0) * q) as usize)
-            .copied()
-            .unwrap_or_default()
-    };
-    Ok(Measured {
-        messages,
-        seconds,
-        claim_p50: pick(0.5),
-        claim_p99: pick(0.99),
-        errors,
-        in_progress,
-    })
+    sample.rate = messages as f64 / started.elapsed().as_secs_f64();
+    sample.claims.sort_unstable();
+    cpu.charge(kind, messages, &mut sample).await;
+    Ok(sample)
 }
 
 /// A store wrapper that times every claim.
@@ -247,24 +330,27 @@ impl IdempotencyStore for Timed {
     }
 }
 
-/// The store's own tool doing the same atomic work: script (or statement) calls per
-/// second, and its p99 latency when the tool reports one.
-/// The same messages without the library: (messages per second, the claims' p99 in ms).
-async fn raw(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+/// The same messages without the library, on the client crate the store uses and a
+/// connection per worker: the store's own claim and completion, nothing else.
+async fn raw(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<Sample> {
     match kind {
         Store::Redis => raw_redis_messages(workers, seconds, hot).await,
-        Store::Postgres => raw_pgbench(workers, seconds, hot),
+        Store::Postgres => raw_postgres_messages(workers, seconds, hot).await,
         Store::RedisCluster => None,
     }
 }
 
-/// redis-benchmark calling the claim script alone (random keys, or a key in progress):
-/// the tool's own ceiling for one script, beside the messages.
-fn raw_tool(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
-    match kind {
-        Store::Redis => raw_redis(workers, seconds, hot),
-        _ => None,
-    }
+/// The store's own tool: pgbench running the store's statements as messages, or
+/// redis-benchmark calling the claim script alone (its own ceiling for one script).
+async fn tool(kind: Store, workers: usize, seconds: u64, hot: bool) -> Option<Sample> {
+    let cpu = Cpu::read(kind).await;
+    let (mut sample, messages) = match kind {
+        Store::Redis => redis_benchmark(workers, seconds, hot)?,
+        Store::Postgres => pgbench(workers, seconds, hot)?,
+        Store::RedisCluster => return None,
+    };
+    cpu.charge(kind, messages, &mut sample).await;
+    Some(sample)
 }
 
 fn host_port(url: &str) -> (String, String) {
@@ -275,7 +361,9 @@ fn host_port(url: &str) -> (String, String) {
     (host.to_owned(), port.to_owned())
 }
 
-fn raw_redis(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+/// redis-benchmark calling the claim script: random keys, or one key in progress.
+/// Returns the sample and the calls it made.
+fn redis_benchmark(workers: usize, seconds: u64, hot: bool) -> Option<(Sample, u64)> {
     let (host, port) = host_port(&redis_url());
     let script = include_str!("../../../idempotency/src/store/redis/scripts/claim.lua");
     let load = Command::new("redis-cli")
@@ -283,9 +371,8 @@ fn raw_redis(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64
         .output()
         .ok()?;
     let sha = String::from_utf8_lossy(&load.stdout).trim().to_owned();
-    // About as many calls as the library made at this level in `seconds`, estimated from
-    // a short first run.
-    let requests = (workers as u64 * 2_000).clamp(20_000, 400_000) * seconds / 3;
+    // About as many calls as it makes in `seconds` on this machine.
+    let requests = (workers as u64 * 4_000).clamp(20_000, 300_000) * seconds / 2;
     let now = now_ms();
     let key = if hot {
         "bench-raw:hot".to_owned()
@@ -326,27 +413,21 @@ fn raw_redis(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64
         .filter_map(|f| f.trim_matches('"').parse().ok())
         .collect();
     // rps, avg, min, p50, p95, p99, max
-    Some((*fields.first()?, fields.get(5).copied()))
+    let sample = Sample {
+        rate: *fields.first()?,
+        reported_p99: fields.get(5).copied(),
+        ..Sample::default()
+    };
+    Some((sample, requests))
 }
 
-/// pgbench running the store's own statements, prepared as the store sends them
-/// (`SCALE_PGBENCH_MODE=extended` for unnamed ones, as `prepared_statements(false)`): per
-/// transaction, with distinct keys, the claim and the completion of one message; with the
-/// hot key, a claim of a completed record (the replay branch, as the library's). Returns
-/// messages (transactions) per second.
-fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
-    let mode = std::env::var("SCALE_PGBENCH_MODE").unwrap_or_else(|_| "prepared".into());
-    let table = "bench_scale.raw";
-    let store = PostgresStore::from_url(&postgres_url(), table).ok()?;
-    let now = now_ms();
-    let id = if hot {
-        format!("'hot-{now}'")
-    } else {
-        format!("('msg-{now}-' || :id)")
-    };
+/// The store's claim and completion statements with their values filled in, for `id`
+/// (an SQL expression), on the raw table.
+fn raw_statements(id: &str, now: u128) -> Option<(String, String)> {
+    let store = PostgresStore::from_url(&postgres_url(), RAW_TABLE).ok()?;
     let claim = store
         .claim_sql()
-        .replace("$1", &id)
+        .replace("$1", id)
         .replace("$2", &(now / 1000 + 3600).to_string())
         .replace("$3", &(now + 60_000).to_string())
         .replace("$4", "NULL::text")
@@ -356,11 +437,31 @@ fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f
         .replace('\n', " ");
     let complete = store
         .complete_sql()
-        .replace("$1", &id)
+        .replace("$1", id)
         .replace("$2", "'bench-token'")
         .replace("$3", "'1'")
         .replace("$4", &(now / 1000 + 3600).to_string())
         .replace('\n', " ");
+    Some((claim, complete))
+}
+
+/// The table the raw runs write, beside the library's.
+const RAW_TABLE: &str = "bench_scale.raw";
+
+/// pgbench running the store's own statements, prepared as the store sends them
+/// (`SCALE_PGBENCH_MODE=extended` for unnamed ones, as `prepared_statements(false)`): per
+/// transaction, with distinct keys, the claim and the completion of one message; with the
+/// hot key, a claim of a completed record (the replay branch, as the library's). Returns
+/// the sample and the messages (transactions) it ran.
+fn pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(Sample, u64)> {
+    let mode = std::env::var("SCALE_PGBENCH_MODE").unwrap_or_else(|_| "prepared".into());
+    let now = now_ms();
+    let id = if hot {
+        format!("'hot-{now}'")
+    } else {
+        format!("('msg-{now}-' || :id)")
+    };
+    let (claim, complete) = raw_statements(&id, now)?;
     let script = if hot {
         // The hot record, completed once, as the library's first message leaves it.
         let prepared = Command::new("psql")
@@ -395,22 +496,31 @@ fn raw_pgbench(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let tps = text
-        .lines()
-        .find(|l| l.starts_with("tps = "))?
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()?;
-    Some((tps, None))
+    let after = |prefix: &str, nth: usize| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))?
+            .split_whitespace()
+            .nth(nth)?
+            .parse()
+            .ok()
+    };
+    let rate = after("tps = ", 2)?;
+    let messages = after("number of transactions actually processed:", 5)? as u64;
+    Some((
+        Sample {
+            rate,
+            ..Sample::default()
+        },
+        messages,
+    ))
 }
 
 /// The store's own scripts without the library, on a connection per worker as the
 /// library's workers have: per message, with distinct keys, `EVALSHA` of the claim script
 /// then of the completion script; with the hot key, the claim of a completed record.
 /// redis-benchmark cannot chain two scripts per request, so this is a loop on the client
-/// crate the store uses. Returns messages per second and the claims' p99 (ms).
-async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<(f64, Option<f64>)> {
+/// crate the store uses.
+async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<Sample> {
     let client = redis::Client::open(redis_url()).ok()?;
     let scripts = RawScripts::new();
     let run = now_ms();
@@ -424,11 +534,15 @@ async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<(
             .await
             .ok()?;
     }
+    let mut connections = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        connections.push(client.get_multiplexed_async_connection().await.ok()?);
+    }
+    let cpu = Cpu::read(Store::Redis).await;
     let until = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for w in 0..workers {
-        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+    for (w, mut connection) in connections.into_iter().enumerate() {
         let (scripts, hot_key) = (scripts.clone(), hot_key.clone());
         tasks.push(tokio::spawn(async move {
             let (mut n, mut claims) = (0u64, Vec::new());
@@ -453,16 +567,146 @@ async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<(
             (n, claims)
         }));
     }
-    let (mut messages, mut claims) = (0u64, Vec::new());
+    finish_raw(tasks, started, cpu, Store::Redis).await
+}
+
+/// Joins a raw run's workers into a sample.
+async fn finish_raw(
+    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<Duration>)>>,
+    started: Instant,
+    cpu: Cpu,
+    kind: Store,
+) -> Option<Sample> {
+    let mut sample = Sample::default();
+    let mut messages = 0;
     for task in tasks {
         let (n, c) = task.await.ok()?;
         messages += n;
-        claims.extend(c);
+        sample.claims.extend(c);
     }
-    claims.sort_unstable();
-    let p99 = claims.get(((claims.len().max(1) - 1) as f64 * 0.99) as usize)?;
-    let rate = messages as f64 / started.elapsed().as_secs_f64();
-    Some((rate, Some(p99.as_secs_f64() * 1000.0)))
+    sample.rate = messages as f64 / started.elapsed().as_secs_f64();
+    sample.claims.sort_unstable();
+    cpu.charge(kind, messages, &mut sample).await;
+    Some(sample)
+}
+
+/// The store's own statements without the library, on the store's own tokio-postgres
+/// connection, prepared once per connection as the store prepares them, a connection per
+/// worker: per message the claim then the completion (distinct keys), or the claim of a
+/// completed record (the hot key).
+async fn raw_postgres_messages(workers: usize, seconds: u64, hot: bool) -> Option<Sample> {
+    use tokio_postgres::types::Type;
+    let store = PostgresStore::from_url(&postgres_url(), RAW_TABLE).ok()?;
+    let claim_types = [
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+    ];
+    let complete_types = [Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8];
+    let mut connections = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        // The store's own connection (TLS where the URL asks for it, as pgbench's and the
+        // library's): only the statements are sent without the library.
+        let client = PostgresStore::from_url(&postgres_url(), RAW_TABLE)
+            .ok()?
+            .connection()
+            .await
+            .ok()?;
+        let claim = client
+            .prepare_typed(store.claim_sql(), &claim_types)
+            .await
+            .ok()?;
+        let complete = client
+            .prepare_typed(store.complete_sql(), &complete_types)
+            .await
+            .ok()?;
+        connections.push((client, claim, complete));
+    }
+    let run = now_ms();
+    let hot_id = format!("bench.scale#hot-{run}");
+    let cpu_kind = Store::Postgres;
+    if hot {
+        // The hot record, completed once, as the library's first message leaves it.
+        let (client, claim, complete) = connections.first()?;
+        let now = now_ms() as i64;
+        let no_validation: Option<String> = None;
+        client
+            .query(
+                claim,
+                &[
+                    &hot_id,
+                    &(now / 1000 + 3600),
+                    &(now + 60_000),
+                    &no_validation,
+                    &"bench-token",
+                    &(now / 1000),
+                    &now,
+                ],
+            )
+            .await
+            .ok()?;
+        client
+            .query(
+                complete,
+                &[&hot_id, &"bench-token", &"1", &(now / 1000 + 3600)],
+            )
+            .await
+            .ok()?;
+    }
+    let cpu = Cpu::read(cpu_kind).await;
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (w, (client, claim, complete)) in connections.into_iter().enumerate() {
+        let hot_id = hot_id.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut n, mut claims) = (0u64, Vec::new());
+            let no_validation: Option<String> = None;
+            while Instant::now() < until {
+                let now = now_ms() as i64;
+                let expiration = now / 1000 + 3600;
+                let id = if hot {
+                    hot_id.clone()
+                } else {
+                    format!("bench.scale#{run}-{w}-{n}")
+                };
+                let t = Instant::now();
+                let claimed = client
+                    .query(
+                        &claim,
+                        &[
+                            &id,
+                            &expiration,
+                            &(now + 60_000),
+                            &no_validation,
+                            &"bench-token",
+                            &(now / 1000),
+                            &now,
+                        ],
+                    )
+                    .await;
+                claims.push(t.elapsed());
+                if claimed.is_err() {
+                    break;
+                }
+                if !hot
+                    && client
+                        .query(&complete, &[&id, &"bench-token", &"1", &expiration])
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+                n += 1;
+            }
+            (n, claims)
+        }));
+    }
+    finish_raw(tasks, started, cpu, cpu_kind).await
 }
 
 /// The store's claim and completion scripts, called as the store calls them.
@@ -526,11 +770,31 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-async fn concurrency_table(levels: &[usize], seconds: u64) {
+/// Which tool column each store has.
+fn tool_name(kind: Store) -> &'static str {
+    match kind {
+        Store::Redis => "redis-benchmark (claims)",
+        Store::Postgres => "pgbench",
+        Store::RedisCluster => "-",
+    }
+}
+
+fn num(value: Option<f64>, digits: usize) -> String {
+    value
+        .filter(|v| v.is_finite())
+        .map_or("-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// Every level `rounds` times, the library, the raw loop and the tool one after another
+/// in each round, so that a slow spell of a shared machine falls on all three: rates and
+/// CPU are medians over the rounds, and library ÷ raw the median of each round's ratio
+/// (its range beside it).
+async fn concurrency_table(levels: &[usize], seconds: u64, rounds: usize) {
     println!(
-        "| store | keys | workers | messages/s | store requests/s | raw messages/s | library ÷ raw | claim p50 ms | claim p99 ms | raw claim p99 ms | redis-benchmark claims/s | its p99 ms | in progress | errors |"
+        "| store | keys | workers | messages/s | store requests/s | claim p50 ms | claim p99 ms | raw messages/s | library ÷ raw (range) | raw claim p99 ms | tool | tool rate/s | library ÷ tool | tool p99 ms | in progress | errors |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut cpu_rows = Vec::new();
     let only = std::env::var("SCALE_STORES").unwrap_or_default();
     for kind in [Store::Redis, Store::RedisCluster, Store::Postgres] {
         let wanted = match kind {
@@ -546,53 +810,104 @@ async fn concurrency_table(levels: &[usize], seconds: u64) {
             _ => format!("bench-scale:{}:", now_ms()),
         };
         if kind == Store::Postgres {
-            prepare_postgres(&["bench_scale.records", "bench_scale.raw"]).await;
+            prepare_postgres(&["bench_scale.records", RAW_TABLE]).await;
         }
         for hot in [false, true] {
-            for &workers in levels {
-                let measured = match run_level(kind, &scope, workers, seconds, hot).await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        println!(
-                            "| {} | {} | {workers} | refused: {e} | | | | | | | | | | |",
-                            kind.name(),
-                            if hot { "one hot key" } else { "distinct" }
-                        );
-                        continue;
+            let keys = if hot { "one hot key" } else { "distinct" };
+            'level: for &workers in levels {
+                let (mut library, mut raws, mut tools) = (Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..rounds {
+                    match run_level(kind, &scope, workers, seconds, hot).await {
+                        Ok(sample) => library.push(sample),
+                        Err(e) => {
+                            println!(
+                                "| {} | {keys} | {workers} | refused: {e} | | | | | | | | | | | | |",
+                                kind.name()
+                            );
+                            continue 'level;
+                        }
                     }
+                    raws.extend(raw(kind, workers, seconds, hot).await);
+                    tools.extend(tool(kind, workers, seconds, hot).await);
+                }
+                let rate = |s: &[Sample]| {
+                    (!s.is_empty()).then(|| median(s.iter().map(|x| x.rate).collect()))
                 };
-                // A distinct key costs two requests (claim, completion); a hot one, one.
+                let lib_rate = rate(&library).unwrap_or(0.0);
+                let ratios: Vec<f64> = library
+                    .iter()
+                    .zip(&raws)
+                    .map(|(l, r)| l.rate / r.rate)
+                    .collect();
+                let ratio = if ratios.is_empty() {
+                    "-".to_owned()
+                } else {
+                    let (lo, hi) = ratios
+                        .iter()
+                        .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+                    format!("{:.2} ({lo:.2}–{hi:.2})", median(ratios.clone()))
+                };
+                // A redis-benchmark call is one claim: comparable with a message only when
+                // a message is one claim (the hot key).
+                let tool_ratio = match (kind, rate(&tools)) {
+                    (Store::Redis, _) if !hot => None,
+                    (_, Some(t)) => Some(lib_rate / t),
+                    _ => None,
+                };
+                let mut claims: Vec<Duration> = library
+                    .iter()
+                    .flat_map(|s| s.claims.iter().copied())
+                    .collect();
+                claims.sort_unstable();
+                let mut raw_claims: Vec<Duration> =
+                    raws.iter().flat_map(|s| s.claims.iter().copied()).collect();
+                raw_claims.sort_unstable();
+                let raw_p99 =
+                    (!raw_claims.is_empty()).then(|| pick(&raw_claims, 0.99).as_secs_f64() * 1e3);
+                let tool_p99 = (!tools.is_empty())
+                    .then(|| median(tools.iter().filter_map(Sample::p99_ms).collect()));
                 let per_message = if hot { 1.0 } else { 2.0 };
-                let requests = measured.rate() * per_message;
-                let raw_messages = raw(kind, workers, seconds, hot).await;
-                let tool = raw_tool(kind, workers, seconds, hot);
-                let (raw_rate, ratio, raw_p99) = match raw_messages {
-                    Some((rate, p99)) => (
-                        format!("{rate:.0}"),
-                        format!("{:.2}", measured.rate() / rate),
-                        p99.map_or("-".to_owned(), |p| format!("{p:.2}")),
-                    ),
-                    None => ("-".into(), "-".into(), "-".into()),
-                };
-                let (tool_rate, tool_p99) = match tool {
-                    Some((rate, p99)) => (
-                        format!("{rate:.0}"),
-                        p99.map_or("-".to_owned(), |p| format!("{p:.2}")),
-                    ),
-                    None => ("-".into(), "-".into()),
-                };
                 println!(
-                    "| {} | {} | {workers} | {:.0} | {requests:.0} | {raw_rate} | {ratio} | {} | {} | {raw_p99} | {tool_rate} | {tool_p99} | {} | {} |",
+                    "| {} | {keys} | {workers} | {lib_rate:.0} | {:.0} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} | {} | {} |",
                     kind.name(),
-                    if hot { "one hot key" } else { "distinct" },
-                    measured.rate(),
-                    ms(measured.claim_p50),
-                    ms(measured.claim_p99),
-                    measured.in_progress,
-                    measured.errors,
+                    lib_rate * per_message,
+                    ms(pick(&claims, 0.5)),
+                    ms(pick(&claims, 0.99)),
+                    num(rate(&raws), 0),
+                    num(raw_p99, 2),
+                    tool_name(kind),
+                    num(rate(&tools), 0),
+                    num(tool_ratio, 2),
+                    num(tool_p99, 2),
+                    library.iter().map(|s| s.in_progress).sum::<u64>(),
+                    library.iter().map(|s| s.errors).sum::<u64>(),
                 );
+                let cpu = |s: &[Sample], f: fn(&Sample) -> Option<f64>| {
+                    let values: Vec<f64> = s.iter().filter_map(f).collect();
+                    num((!values.is_empty()).then(|| median(values)), 1)
+                };
+                cpu_rows.push(format!(
+                    "| {} | {keys} | {workers} | {} | {} | {} | {} | {} | {} |",
+                    kind.name(),
+                    cpu(&library, |s| Some(s.client_us)),
+                    cpu(&raws, |s| Some(s.client_us)),
+                    cpu(&tools, |s| Some(s.client_us)),
+                    cpu(&library, |s| s.server_us),
+                    cpu(&raws, |s| s.server_us),
+                    cpu(&tools, |s| s.server_us),
+                ));
             }
         }
+    }
+    println!(
+        "\nCPU per message, µs (medians over the rounds; client: this process, or the tool's):\n"
+    );
+    println!(
+        "| store | keys | workers | client, library | client, raw | client, tool | Redis server, library | Redis server, raw | Redis server, tool |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for row in cpu_rows {
+        println!("{row}");
     }
 }
 
@@ -618,10 +933,13 @@ async fn prepare_postgres(tables: &[&str]) {
 #[tokio::main]
 async fn main() {
     let levels = env_list("SCALE_LEVELS", &[1, 4, 16, 64, 256]);
-    let seconds = env_num("SCALE_SECONDS", 3);
+    let seconds = env_num("SCALE_SECONDS", 2);
+    let rounds = env_num("SCALE_ROUNDS", 5).max(1) as usize;
     let records = env_num("SCALE_RECORDS", 1_000_000);
-    println!("== concurrency: {seconds} s per level, each worker with its own connection");
-    concurrency_table(&levels, seconds).await;
+    println!(
+        "== concurrency: {rounds} rounds of {seconds} s per level and variant, each worker with its own connection"
+    );
+    concurrency_table(&levels, seconds, rounds).await;
     if records > 0 {
         println!("\n== volume: {records} records");
         volume::table(records).await;

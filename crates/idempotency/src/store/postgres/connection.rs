@@ -60,8 +60,9 @@ impl PostgresStore {
         let cached = {
             let cache = self.statements();
             (std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)))
-                .then(|| cache.1.get(sql).cloned())
+                .then(|| cache.1.iter().find(|(text, _)| text == sql))
                 .flatten()
+                .map(|(_, statement)| statement.clone())
         };
         if let Some(statement) = cached {
             return Ok(statement);
@@ -72,7 +73,9 @@ impl PostgresStore {
         if !std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)) {
             *cache = (Arc::downgrade(client), Default::default());
         }
-        cache.1.insert(sql.to_owned(), statement.clone());
+        if !cache.1.iter().any(|(text, _)| text == sql) {
+            cache.1.push((sql.to_owned(), statement.clone()));
+        }
         Ok(statement)
     }
 

@@ -168,13 +168,15 @@ struct Inner {
     /// Serialises connects, so concurrent calls share one new connection.
     connecting: tokio::sync::Mutex<()>,
     /// The statements prepared on the live connection (the `Weak` names it: it keeps its
-    /// allocation, so no later connection can take its address), by SQL text.
+    /// allocation, so no later connection can take its address), with their SQL text.
     statements: Mutex<PreparedStatements>,
 }
 
+/// A handful of statements (the store's four, and purges): found by comparing their
+/// text, which costs less than hashing it on every request.
 type PreparedStatements = (
     std::sync::Weak<Client>,
-    std::collections::HashMap<String, tokio_postgres::Statement>,
+    Vec<(String, tokio_postgres::Statement)>,
 );
 
 impl fmt::Debug for PostgresStore {
@@ -380,6 +382,14 @@ impl PostgresStore {
         rows.first()
             .and_then(|row| row.try_get(0).ok())
             .ok_or_else(|| self.malformed("pg_backend_pid() returned no pid"))
+    }
+
+    /// The store's connection (connecting if needed), TLS and all, for the benchmarks'
+    /// run of the same statements without the library. A test hook.
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub async fn connection(&self) -> Result<Arc<Client>, Error> {
+        self.client().await
     }
 
     /// The claim statement. Parameters: `$1` id, `$2` expiration (epoch s), `$3` lease

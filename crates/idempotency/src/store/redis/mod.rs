@@ -175,7 +175,10 @@ impl RedisStore {
 
     /// The Redis key of the record `id`.
     pub(crate) fn redis_key(&self, id: &str) -> String {
-        format!("{}{id}", self.namespace)
+        let mut key = String::with_capacity(self.namespace.len() + id.len());
+        key.push_str(&self.namespace);
+        key.push_str(id);
+        key
     }
 
     /// Sends one command on the store's connection (its own node's, for a single node;
@@ -193,7 +196,7 @@ impl RedisStore {
         if fields.is_empty() {
             return Ok(None);
         }
-        parse(id, &fields).map(Some)
+        parse(id, fields).map(Some)
     }
 }
 

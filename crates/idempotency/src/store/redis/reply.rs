@@ -6,7 +6,6 @@ use crate::error::Error;
 use crate::record::{Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs};
 use crate::store::ClaimOutcome;
 use redis::Value;
-use std::collections::HashMap;
 use std::fmt;
 
 /// The claim script's answer: `{1, old}` written, `{0, old}` refused, `old` the hash
@@ -24,10 +23,10 @@ pub(super) fn claim_outcome(id: &str, reply: Value) -> Result<ClaimOutcome, Erro
         // A record we replaced that we cannot read is no reason to fail the claim; an
         // empty hash (no record was there) does not parse either.
         Value::Int(1) => Ok(ClaimOutcome::Claimed {
-            previous: parse(id, &old).ok(),
+            previous: parse(id, old).ok(),
         }),
         // Refused: a live record holds the key. It cannot be empty (that is claimable).
-        Value::Int(0) => Ok(ClaimOutcome::Exists(parse(id, &old)?)),
+        Value::Int(0) => Ok(ClaimOutcome::Exists(parse(id, old)?)),
         other => Err(unexpected(id, &other)),
     }
 }
@@ -41,33 +40,65 @@ pub(super) fn fenced(id: &str, reply: Value) -> Result<(), Error> {
     }
 }
 
-/// A hash's fields, from `HGETALL` (a flat array in RESP2, a map in RESP3).
-pub(super) fn fields(id: &str, value: Value) -> Result<HashMap<String, String>, Error> {
+/// A hash's fields in the order Redis sent them. A record has at most seven, so a scan
+/// costs less than hashing them, and each value is moved out of the reply, not copied:
+/// this is the replay path, run for every duplicate.
+#[derive(Debug, Default)]
+pub(super) struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Moves a value out (a hash holds each field once).
+    fn take(&mut self, name: &str) -> Option<String> {
+        self.0
+            .iter_mut()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| std::mem::take(value))
+    }
+}
+
+/// A hash's fields, from `HGETALL` or a script (a flat array in RESP2, a map in RESP3).
+pub(super) fn fields(id: &str, value: Value) -> Result<Fields, Error> {
     let text = |v: Value| match v {
-        Value::BulkString(bytes) => String::from_utf8(bytes).map_err(|_| ()),
-        Value::SimpleString(s) => Ok(s),
-        _ => Err(()),
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
     };
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Nil => Vec::new(),
-        Value::Map(pairs) => pairs,
+    let pair = |k: Value, v: Value| match (text(k), text(v)) {
+        (Some(k), Some(v)) => Ok((k, v)),
+        _ => Err(malformed(id, "a field or value is not UTF-8 text")),
+    };
+    match value {
+        Value::Nil => Ok(Fields::default()),
+        Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| pair(k, v))
+            .collect::<Result<_, _>>()
+            .map(Fields),
         Value::Array(flat) if flat.len() % 2 == 0 => {
+            let mut out = Vec::with_capacity(flat.len() / 2);
             let mut it = flat.into_iter();
-            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.push(pair(k, v)?);
+            }
+            Ok(Fields(out))
         }
-        other => return Err(unexpected(id, &other)),
-    };
-    pairs
-        .into_iter()
-        .map(|(k, v)| match (text(k), text(v)) {
-            (Ok(k), Ok(v)) => Ok((k, v)),
-            _ => Err(malformed(id, "a field or value is not UTF-8 text")),
-        })
-        .collect()
+        other => Err(unexpected(id, &other)),
+    }
 }
 
 /// The record in a hash, or a non-retryable [`Error::Store`] if it is malformed.
-pub(super) fn parse(id: &str, fields: &HashMap<String, String>) -> Result<Record, Error> {
+pub(super) fn parse(id: &str, mut fields: Fields) -> Result<Record, Error> {
     // Times past the year 2500 are no record of ours: malformed, not a panic later.
     let number = |name: &str, max: u64| -> Result<Option<u64>, Error> {
         fields
@@ -90,9 +121,9 @@ pub(super) fn parse(id: &str, fields: &HashMap<String, String>) -> Result<Record
     let mut record = Record::new(id, status, from_epoch_secs(expiration));
     record.in_progress_expiration =
         number("in_progress_expiration", epoch_millis(far))?.map(from_epoch_millis);
-    record.data = fields.get("data").cloned();
-    record.validation = fields.get("validation").cloned();
-    record.lease_token = fields.get("lease_token").cloned();
+    record.data = fields.take("data");
+    record.validation = fields.take("validation");
+    record.lease_token = fields.take("lease_token");
     Ok(record)
 }
 
@@ -150,11 +181,13 @@ mod tests {
 
     #[test]
     fn a_malformed_hash_is_a_store_error_not_a_panic() {
-        let hash = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
+        let hash = |pairs: &[(&str, &str)]| {
+            Fields(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
         };
         for bad in [
             hash(&[("expiration", "1")]),
@@ -168,18 +201,19 @@ mod tests {
                 ("in_progress_expiration", "x"),
             ]),
         ] {
-            match parse("k", &bad) {
+            let shown = format!("{bad:?}");
+            match parse("k", bad) {
                 Err(Error::Store {
                     backend: "redis",
                     retryable: false,
                     ..
                 }) => {}
-                other => panic!("{bad:?} must be a malformed record, got {other:?}"),
+                other => panic!("{shown} must be a malformed record, got {other:?}"),
             }
         }
         let good = parse(
             "k",
-            &hash(&[
+            hash(&[
                 ("status", "COMPLETED"),
                 ("expiration", "5"),
                 ("in_progress_expiration", "4000"),
@@ -307,7 +341,7 @@ mod tests {
             Value::SimpleString("status".into()),
             Value::BulkString(b"COMPLETED".to_vec()),
         )]);
-        assert_eq!(fields("k", map).unwrap()["status"], "COMPLETED");
+        assert_eq!(fields("k", map).unwrap().get("status"), Some("COMPLETED"));
         assert!(fields("k", Value::Array(vec![Value::Int(1), Value::Int(2)])).is_err());
     }
 }

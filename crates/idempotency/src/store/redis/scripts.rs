@@ -8,7 +8,7 @@ use super::reply::{claim_outcome, fenced};
 use crate::error::Error;
 use crate::record::{Claim, epoch_millis, epoch_secs};
 use crate::store::ClaimOutcome;
-use redis::{ErrorKind, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 use std::sync::LazyLock;
 use std::time::SystemTime;
 
@@ -39,12 +39,25 @@ static COMPLETE: Lua = Lua::new(COMPLETE_LUA, || Script::new(COMPLETE_LUA));
 static RELEASE: Lua = Lua::new(RELEASE_LUA, || Script::new(RELEASE_LUA));
 
 impl RedisStore {
-    /// `EVALSHA`, and the script itself once if the server does not know it.
-    async fn eval(&self, lua: &Lua, key: &str, args: &[String]) -> Result<Value, Error> {
+    /// `EVALSHA`, and the script itself once if the server does not know it. `args` adds
+    /// the script's arguments, `text` their length in bytes besides the numbers: the
+    /// command is sized once and the numbers written straight into it, with no string in
+    /// between (this runs for every message).
+    async fn eval(
+        &self,
+        lua: &Lua,
+        id: &str,
+        text: usize,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, Error> {
         let command = |name: &str, script: &str| {
-            let mut cmd = redis::cmd(name);
+            // Ten arguments at most; each framed in about 30 bytes with its number.
+            let size = script.len() + self.namespace.len() + id.len() + text + 400;
+            let mut cmd = Cmd::with_capacity(12, size);
+            cmd.arg(name);
             // Every script takes one key, `KEYS[1]`: cluster-safe without hash tags.
-            cmd.arg(script).arg(1).arg(key).arg(args);
+            cmd.arg(script).arg(1).arg(self.redis_key(id));
+            args(&mut cmd);
             cmd
         };
         match self
@@ -60,17 +73,23 @@ impl RedisStore {
     }
 
     pub(super) async fn send_claim(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
-        let args = [
-            epoch_millis(claim.now).to_string(),
-            epoch_secs(claim.now).to_string(),
-            epoch_secs(claim.expiration).to_string(),
-            epoch_millis(claim.lease_until).to_string(),
-            claim.lease_token.clone(),
-            if claim.validation.is_some() { "1" } else { "0" }.to_owned(),
-            claim.validation.clone().unwrap_or_default(),
-            key_expiry_ms(claim.expiration, Some(claim.lease_until)).to_string(),
-        ];
-        let reply = self.eval(&CLAIM, &self.redis_key(&claim.id), &args).await?;
+        let reply = self
+            .eval(
+                &CLAIM,
+                &claim.id,
+                claim.lease_token.len() + claim.validation.as_ref().map_or(0, String::len),
+                |cmd| {
+                    cmd.arg(epoch_millis(claim.now))
+                        .arg(epoch_secs(claim.now))
+                        .arg(epoch_secs(claim.expiration))
+                        .arg(epoch_millis(claim.lease_until))
+                        .arg(&claim.lease_token)
+                        .arg(if claim.validation.is_some() { "1" } else { "0" })
+                        .arg(claim.validation.as_deref().unwrap_or_default())
+                        .arg(key_expiry_ms(claim.expiration, Some(claim.lease_until)));
+                },
+            )
+            .await?;
         claim_outcome(&claim.id, reply)
     }
 
@@ -80,23 +99,28 @@ impl RedisStore {
         data: Option<&str>,
         expiration: SystemTime,
     ) -> Result<(), Error> {
-        let args = [
-            claim.lease_token.clone(),
-            epoch_secs(expiration).to_string(),
-            key_expiry_ms(expiration, None).to_string(),
-            if data.is_some() { "1" } else { "0" }.to_owned(),
-            data.unwrap_or_default().to_owned(),
-        ];
         let reply = self
-            .eval(&COMPLETE, &self.redis_key(&claim.id), &args)
+            .eval(
+                &COMPLETE,
+                &claim.id,
+                claim.lease_token.len() + data.map_or(0, str::len),
+                |cmd| {
+                    cmd.arg(&claim.lease_token)
+                        .arg(epoch_secs(expiration))
+                        .arg(key_expiry_ms(expiration, None))
+                        .arg(if data.is_some() { "1" } else { "0" })
+                        .arg(data.unwrap_or_default());
+                },
+            )
             .await?;
         fenced(&claim.id, reply)
     }
 
     pub(super) async fn send_release(&self, claim: &Claim) -> Result<(), Error> {
-        let args = [claim.lease_token.clone()];
         let reply = self
-            .eval(&RELEASE, &self.redis_key(&claim.id), &args)
+            .eval(&RELEASE, &claim.id, claim.lease_token.len(), |cmd| {
+                cmd.arg(&claim.lease_token);
+            })
             .await?;
         fenced(&claim.id, reply)
     }

@@ -1,0 +1,152 @@
+//! The client's instructions per message, library against raw, counted by callgrind
+//! (repeatable on a shared machine, where seconds are not). One connection, a
+//! current-thread runtime, `N` messages of one kind:
+//!
+//! - `redis-replay` / `redis-replay-raw`: a claim of a completed key (a duplicate), through
+//!   the library or as the bare claim script on the redis crate;
+//! - `postgres` / `postgres-raw`: a first delivery (claim, completion), through the library
+//!   or as the store's two statements on the store's own connection.
+//!
+//! ```sh
+//! cargo build --release -p benchmarks --example client-instructions
+//! for n in 2000 4000; do
+//!   valgrind --tool=callgrind target/release/examples/client-instructions redis-replay $n
+//! done   # (total at 4000 − total at 2000) / 2000 = instructions per message
+//! ```
+//! (`CARGO_PROFILE_RELEASE_STRIP=false` keeps the symbols for `callgrind_annotate`.)
+
+use lambda_idempotency::store::postgres::PostgresStore;
+use lambda_idempotency::store::redis::RedisStore;
+use lambda_idempotency::{Idempotency, KeyStrategy, Operation};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use test_support::servers::{postgres_url, redis_url};
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let n: u64 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run(&mode, n));
+}
+
+async fn run(mode: &str, n: u64) {
+    let op = Operation::new("scale", KeyStrategy::field("id"));
+    let run = std::process::id();
+    match mode {
+        "redis-replay" => {
+            let store = RedisStore::connect(&redis_url()).await.unwrap();
+            let idempotency = Idempotency::builder(Arc::new(store.namespace("instructions:")))
+                .function_name("bench")
+                .build();
+            for _ in 0..n {
+                idempotency
+                    .execute(&op, &json!({"id": format!("hot-{run}")}), || async {
+                        Ok::<_, String>(1u8)
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+        "redis-replay-raw" => {
+            let client = redis::Client::open(redis_url()).unwrap();
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            let claim = redis::Script::new(include_str!(
+                "../../idempotency/src/store/redis/scripts/claim.lua"
+            ));
+            let complete = redis::Script::new(include_str!(
+                "../../idempotency/src/store/redis/scripts/complete.lua"
+            ));
+            let key = format!("instructions-raw:{run}");
+            for i in 0..n {
+                let now = now_ms() as u64;
+                let reply: redis::Value = claim
+                    .key(&key)
+                    .arg(now)
+                    .arg(now / 1000)
+                    .arg(now / 1000 + 3600)
+                    .arg(now + 60_000)
+                    .arg("bench-token")
+                    .arg("0")
+                    .arg("")
+                    .arg(now + 3_600_000)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap();
+                if i == 0 {
+                    let _: redis::Value = complete
+                        .key(&key)
+                        .arg("bench-token")
+                        .arg(now / 1000 + 3600)
+                        .arg(now + 3_600_000)
+                        .arg("1")
+                        .arg("1")
+                        .invoke_async(&mut connection)
+                        .await
+                        .unwrap();
+                }
+                std::hint::black_box(reply);
+            }
+        }
+        "postgres" | "postgres-raw" => {
+            let store = PostgresStore::from_url(&postgres_url(), "bench_scale.records").unwrap();
+            store.create_table().await.unwrap();
+            if mode == "postgres" {
+                let idempotency = Idempotency::builder(Arc::new(store))
+                    .function_name("bench")
+                    .build();
+                for i in 0..n {
+                    idempotency
+                        .execute(&op, &json!({"id": format!("{run}-{i}")}), || async {
+                            Ok::<_, String>(1u8)
+                        })
+                        .await
+                        .unwrap();
+                }
+                return;
+            }
+            let client = store.connection().await.unwrap();
+            let claim = client.prepare(store.claim_sql()).await.unwrap();
+            let complete = client.prepare(store.complete_sql()).await.unwrap();
+            let no_validation: Option<String> = None;
+            for i in 0..n {
+                let now = now_ms();
+                let id = format!("bench.scale#raw-{run}-{i}");
+                let expiration = now / 1000 + 3600;
+                client
+                    .query(
+                        &claim,
+                        &[
+                            &id,
+                            &expiration,
+                            &(now + 60_000),
+                            &no_validation,
+                            &"bench-token",
+                            &(now / 1000),
+                            &now,
+                        ],
+                    )
+                    .await
+                    .unwrap();
+                client
+                    .query(&complete, &[&id, &"bench-token", &"1", &expiration])
+                    .await
+                    .unwrap();
+            }
+        }
+        _ => panic!("modes: redis-replay, redis-replay-raw, postgres, postgres-raw"),
+    }
+}

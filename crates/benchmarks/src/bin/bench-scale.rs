@@ -210,6 +210,18 @@ async fn run_level(
     }
     let op = Operation::new("scale", KeyStrategy::field("id"));
     let run = format!("{}", now_ms());
+    // One message per connection before the clock starts: connects, and prepares the
+    // statements, as the raw run does before its clock.
+    for (w, store) in stores.iter().enumerate() {
+        let warm = Idempotency::builder(store.clone())
+            .function_name("bench")
+            .build();
+        warm.execute(&op, &json!({"id": format!("warm-{run}-{w}")}), || async {
+            Ok::<_, String>(1u8)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    }
     let cpu = Cpu::read(kind).await;
     let until = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -556,15 +568,14 @@ async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<S
                 let t = Instant::now();
                 let claimed = scripts.claim(&mut connection, &key, now).await;
                 claims.push(t.elapsed());
-                if claimed.is_err() {
-                    break;
-                }
-                if !hot && scripts.complete(&mut connection, &key, now).await.is_err() {
-                    break;
+                if claimed.is_err()
+                    || (!hot && scripts.complete(&mut connection, &key, now).await.is_err())
+                {
+                    return (n, claims, 1);
                 }
                 n += 1;
             }
-            (n, claims)
+            (n, claims, 0)
         }));
     }
     finish_raw(tasks, started, cpu, Store::Redis).await
@@ -572,7 +583,7 @@ async fn raw_redis_messages(workers: usize, seconds: u64, hot: bool) -> Option<S
 
 /// Joins a raw run's workers into a sample.
 async fn finish_raw(
-    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<Duration>)>>,
+    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<Duration>, u64)>>,
     started: Instant,
     cpu: Cpu,
     kind: Store,
@@ -580,13 +591,19 @@ async fn finish_raw(
     let mut sample = Sample::default();
     let mut messages = 0;
     for task in tasks {
-        let (n, c) = task.await.ok()?;
+        let (n, c, e) = task.await.ok()?;
         messages += n;
         sample.claims.extend(c);
+        sample.errors += e;
     }
     sample.rate = messages as f64 / started.elapsed().as_secs_f64();
     sample.claims.sort_unstable();
     cpu.charge(kind, messages, &mut sample).await;
+    if sample.errors > 0 {
+        // A failed worker stops: its round compares nothing.
+        eprintln!("raw run: {} workers stopped on an error", sample.errors);
+        return None;
+    }
     Some(sample)
 }
 
@@ -690,20 +707,18 @@ async fn raw_postgres_messages(workers: usize, seconds: u64, hot: bool) -> Optio
                     )
                     .await;
                 claims.push(t.elapsed());
-                if claimed.is_err() {
-                    break;
-                }
-                if !hot
-                    && client
-                        .query(&complete, &[&id, &"bench-token", &"1", &expiration])
-                        .await
-                        .is_err()
+                if claimed.is_err()
+                    || (!hot
+                        && client
+                            .query(&complete, &[&id, &"bench-token", &"1", &expiration])
+                            .await
+                            .is_err())
                 {
-                    break;
+                    return (n, claims, 1);
                 }
                 n += 1;
             }
-            (n, claims)
+            (n, claims, 0)
         }));
     }
     finish_raw(tasks, started, cpu, cpu_kind).await
@@ -827,7 +842,7 @@ async fn concurrency_table(levels: &[usize], seconds: u64, rounds: usize) {
                             continue 'level;
                         }
                     }
-                    raws.extend(raw(kind, workers, seconds, hot).await);
+                    raws.push(raw(kind, workers, seconds, hot).await);
                     tools.extend(tool(kind, workers, seconds, hot).await);
                 }
                 let rate = |s: &[Sample]| {
@@ -837,8 +852,10 @@ async fn concurrency_table(levels: &[usize], seconds: u64, rounds: usize) {
                 let ratios: Vec<f64> = library
                     .iter()
                     .zip(&raws)
+                    .filter_map(|(l, r)| Some((l, r.as_ref()?)))
                     .map(|(l, r)| l.rate / r.rate)
                     .collect();
+                let raws: Vec<Sample> = raws.into_iter().flatten().collect();
                 let ratio = if ratios.is_empty() {
                     "-".to_owned()
                 } else {

@@ -4,6 +4,7 @@
 //!
 //! - `redis-replay` / `redis-replay-raw`: a claim of a completed key (a duplicate), through
 //!   the library or as the bare claim script on the redis crate;
+//! - `redis` / `redis-raw`: a first delivery (claim, completion), the same two ways;
 //! - `postgres` / `postgres-raw`: a first delivery (claim, completion), through the library
 //!   or as the store's two statements on the store's own connection.
 //!
@@ -47,21 +48,24 @@ async fn run(mode: &str, n: u64) {
     let op = Operation::new("scale", KeyStrategy::field("id"));
     let run = std::process::id();
     match mode {
-        "redis-replay" => {
+        "redis-replay" | "redis" => {
             let store = RedisStore::connect(&redis_url()).await.unwrap();
             let idempotency = Idempotency::builder(Arc::new(store.namespace("instructions:")))
                 .function_name("bench")
                 .build();
-            for _ in 0..n {
+            for i in 0..n {
+                let id = if mode == "redis" {
+                    format!("{run}-{i}")
+                } else {
+                    format!("hot-{run}")
+                };
                 idempotency
-                    .execute(&op, &json!({"id": format!("hot-{run}")}), || async {
-                        Ok::<_, String>(1u8)
-                    })
+                    .execute(&op, &json!({ "id": id }), || async { Ok::<_, String>(1u8) })
                     .await
                     .unwrap();
             }
         }
-        "redis-replay-raw" => {
+        "redis-replay-raw" | "redis-raw" => {
             let client = redis::Client::open(redis_url()).unwrap();
             let mut connection = client.get_multiplexed_async_connection().await.unwrap();
             let claim = redis::Script::new(include_str!(
@@ -70,8 +74,12 @@ async fn run(mode: &str, n: u64) {
             let complete = redis::Script::new(include_str!(
                 "../../idempotency/src/store/redis/scripts/complete.lua"
             ));
-            let key = format!("instructions-raw:{run}");
             for i in 0..n {
+                let key = if mode == "redis-raw" {
+                    format!("instructions-raw:{run}-{i}")
+                } else {
+                    format!("instructions-raw:{run}")
+                };
                 let now = now_ms() as u64;
                 let reply: redis::Value = claim
                     .key(&key)
@@ -86,7 +94,7 @@ async fn run(mode: &str, n: u64) {
                     .invoke_async(&mut connection)
                     .await
                     .unwrap();
-                if i == 0 {
+                if i == 0 || mode == "redis-raw" {
                     let _: redis::Value = complete
                         .key(&key)
                         .arg("bench-token")
@@ -147,6 +155,6 @@ async fn run(mode: &str, n: u64) {
                     .unwrap();
             }
         }
-        _ => panic!("modes: redis-replay, redis-replay-raw, postgres, postgres-raw"),
+        _ => panic!("modes: redis-replay(-raw), redis(-raw), postgres(-raw)"),
     }
 }

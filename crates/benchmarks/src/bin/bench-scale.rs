@@ -1,14 +1,16 @@
 //! How the stores behave as Lambda environments multiply: claims and completions per
 //! second against concurrency (each worker with its own connection, as each Lambda
 //! environment has), on Redis, a Redis Cluster and PostgreSQL, with all-distinct keys and
-//! with one hot key; the same atomic work without the library in the same run
-//! (redis-benchmark running the claim script, pgbench running the claim statement); then
-//! volume: a million records in each store.
+//! with one hot key, against the same atomic work without the library (a loop on the
+//! store's own client crate and connection) and the store's own tool (pgbench,
+//! redis-benchmark), in turn in every round; the CPU each takes per message; then volume:
+//! a million records in each store.
 //!
 //! `cargo run --release -p benchmarks --bin bench-scale` (scripts/bench runs it with the
-//! servers). `SCALE_LEVELS=1,4,16` and `SCALE_SECONDS=2` shorten it, `SCALE_STORES=redis`
-//! (or `redis-cluster`, `postgres`, comma-separated) picks stores, `SCALE_RECORDS` changes
-//! the volume (default 1000000; 0 skips it).
+//! servers). `SCALE_LEVELS=1,4,16`, `SCALE_ROUNDS=3` (default 5) and `SCALE_SECONDS=1`
+//! (default 2, per round and variant) shorten it, `SCALE_STORES=redis` (or
+//! `redis-cluster`, `postgres`, comma-separated) picks stores, `SCALE_RECORDS` changes the
+//! volume (default 1000000; 0 skips it).
 
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::postgres::PostgresStore;

@@ -51,7 +51,8 @@ impl RedisStore {
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, Error> {
         let command = |name: &str, script: &str| {
-            // Ten arguments at most; each framed in about 30 bytes with its number.
+            // Twelve arguments at most (the claim: name, hash, key count, key and eight
+            // values), each framed in about 30 bytes with its number.
             let size = script.len() + self.namespace.len() + id.len() + text + 400;
             let mut cmd = Cmd::with_capacity(12, size);
             cmd.arg(name);

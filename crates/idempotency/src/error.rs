@@ -126,8 +126,9 @@ pub enum Error {
         reason: String,
         /// Whether a later delivery may succeed (the twin's failure's own class).
         retryable: bool,
-        /// Whether no delivery can ever succeed (the twin's failure's own class).
-        permanent: bool,
+        /// The twin's failure's kind, as its batch classified it: a twin of a
+        /// [`PermanentError`](crate::PermanentError) is permanent, of a panic `Panicked`.
+        kind: crate::FailureKind,
     },
     /// The record kept changing between the conditional write and the read that followed.
     InconsistentState {
@@ -178,7 +179,7 @@ impl Error {
             | Error::ResultNotStored { .. }
             | Error::Serialization { .. }
             | Error::StoredResultIncompatible { .. } => true,
-            Error::TwinFailed { permanent, .. } => *permanent,
+            Error::TwinFailed { kind, .. } => kind.is_permanent(),
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
@@ -484,7 +485,7 @@ mod tests {
                     key: key(),
                     reason: "x".into(),
                     retryable: false,
-                    permanent: true,
+                    kind: crate::FailureKind::Rejected,
                 },
                 true,
                 false,
@@ -495,7 +496,7 @@ mod tests {
                     key: key(),
                     reason: "x".into(),
                     retryable: false,
-                    permanent: false,
+                    kind: crate::FailureKind::Error,
                 },
                 false,
                 false,
@@ -505,7 +506,7 @@ mod tests {
                     key: key(),
                     reason: "x".into(),
                     retryable: true,
-                    permanent: false,
+                    kind: crate::FailureKind::Error,
                 },
                 false,
                 true,

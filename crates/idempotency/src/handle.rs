@@ -3,15 +3,13 @@
 use crate::cache::CompletedCache;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, Config};
-use crate::engine::{Claimed, Engine, MIN_ATTEMPT_TIMEOUT, decode};
-use crate::error::report;
+use crate::engine::{Claimed, Engine, MIN_ATTEMPT_TIMEOUT};
 use crate::error::{Error, ExecuteError};
 use crate::invocation::{self, Invocation};
 use crate::key::validation_hash;
-use crate::lease;
 use crate::operation::{Operation, Outcome, check_function_name};
 use crate::store::IdempotencyStore;
-use crate::twins::{self, Entered, Running, Settled, Twin};
+use crate::twins::{self, Entered};
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,7 +19,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
 /// The handle users keep: a store, settings and the optional local cache. Cheap to clone
 /// and safe to share between concurrent invocations.
@@ -322,7 +320,7 @@ impl Idempotency {
             complete_ms = empty,
             release_ms = empty,
         );
-        let mut unfinished = Unfinished {
+        let mut unfinished = crate::metrics::Unfinished {
             function: &self.engine.config.function_name,
             operation: &op.name,
             counted,
@@ -332,10 +330,14 @@ impl Idempotency {
             .instrument(span.clone())
             .await;
         unfinished.counted = false;
-        let outcome = outcome_label(&result);
+        let outcome = crate::metrics::outcome_label(&result);
         span.record("outcome", outcome);
         if counted {
-            crate::metrics::outcome(&self.engine.config.function_name, &op.name, outcome);
+            crate::record_scope::count_outcome(
+                &self.engine.config.function_name,
+                &op.name,
+                outcome,
+            );
         }
         result
     }
@@ -430,114 +432,12 @@ impl Idempotency {
                     self.engine.finish(&claim, cutoff, result, took_over).await
                 }
             };
-            if let Some(running) = running.filter(Running::awaited) {
-                running.settle(settled(&result));
+            if let Some(running) = running {
+                running.end(&result);
             }
             result
         }
         .await
-    }
-
-    /// Waits for a twin running in this process and answers with its result, or `None`
-    /// when it was dropped unsettled (the caller then claims in the store).
-    async fn join_twin<T, E>(
-        &self,
-        id: &str,
-        twin: Twin,
-        invocation: Option<Invocation>,
-    ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
-    where
-        T: DeserializeOwned,
-    {
-        info!("a twin of this record is running in this batch: waiting for its result");
-        // Waits no longer than the batch does: a twin still waiting when the batch answers
-        // is in progress, not unfinished. Nor longer than the registry allows (an HTTP
-        // caller's patience).
-        let now = self.now();
-        let batch_left = invocation.map(|invocation| {
-            crate::clock::until(now, invocation.answer_by)
-                .saturating_sub(lease::COMPLETION_HEADROOM / 2)
-        });
-        let caller_left = twins::wait_until().map(|until| crate::clock::until(now, until));
-        let left = match (batch_left, caller_left) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let settled = match left {
-            Some(left) => match tokio::time::timeout(left, twin.settled()).await {
-                Ok(settled) => settled,
-                // The twin's lease is not known here: its invocation's end, or a second.
-                Err(_) => Some(Settled::InProgress(invocation.map_or_else(
-                    || crate::clock::add(self.now(), std::time::Duration::from_secs(1)),
-                    |i| i.deadline,
-                ))),
-            },
-            None => twin.settled().await,
-        };
-        let key = || id.to_owned();
-        Some(match settled? {
-            Settled::Value(data) => decode(id, Some(&data))
-                .map(|value| (value, Outcome::Joined))
-                .map_err(ExecuteError::Idempotency),
-            Settled::InProgress(lease_expires) => {
-                Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
-                    key: key(),
-                    lease_expires,
-                    retry_after: lease::retry_after(self.now(), Some(lease_expires), lease_expires),
-                }))
-            }
-            Settled::Failed {
-                reason,
-                retryable,
-                permanent,
-            } => Err(ExecuteError::Idempotency(Error::TwinFailed {
-                key: key(),
-                reason: reason.to_string(),
-                retryable,
-                permanent,
-            })),
-        })
-    }
-}
-
-/// Counts a call that never returned: dropped (`cancelled`) or unwound by a panic.
-struct Unfinished<'a> {
-    function: &'a str,
-    operation: &'a str,
-    /// Whether it is still to be counted.
-    counted: bool,
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if self.counted {
-            let outcome = if std::thread::panicking() {
-                "panicked"
-            } else {
-                "cancelled"
-            };
-            crate::metrics::outcome(self.function, self.operation, outcome);
-        }
-    }
-}
-
-/// The `outcome` label of a call's result.
-fn outcome_label<T, E>(result: &Result<(T, Outcome), ExecuteError<E>>) -> &'static str {
-    match result {
-        Ok((_, outcome)) => outcome.as_str(),
-        Err(ExecuteError::Idempotency(e)) => error_label(e),
-        Err(ExecuteError::Function(_)) => "failed",
-    }
-}
-
-/// The `outcome` label of the library's own error.
-pub(crate) fn error_label(e: &Error) -> &'static str {
-    match e {
-        Error::AlreadyInProgress { .. } => "in_progress",
-        e if e.is_permanent() => "rejected",
-        Error::LeaseLost { .. } => "lease_lost",
-        Error::TwinFailed { .. } => "failed",
-        _ => "store_error",
     }
 }
 
@@ -551,37 +451,6 @@ fn invocation_of(deadline: Option<SystemTime>) -> Option<Invocation> {
             answer_by: enclosing.map_or(deadline, |i| i.answer_by.min(deadline)),
         }),
         None => enclosing,
-    }
-}
-
-/// What a call's twins answer with.
-fn settled<T: Serialize, E: fmt::Display>(
-    result: &Result<(T, Outcome), ExecuteError<E>>,
-) -> Settled {
-    match result {
-        Ok((value, _)) => match serde_json::to_string(value) {
-            Ok(data) => Settled::Value(data.into()),
-            Err(e) => Settled::Failed {
-                reason: format!("its result does not serialize: {e}").into(),
-                retryable: false,
-                permanent: true,
-            },
-        },
-        Err(ExecuteError::Idempotency(Error::AlreadyInProgress { lease_expires, .. })) => {
-            Settled::InProgress(*lease_expires)
-        }
-        Err(ExecuteError::Idempotency(e)) => Settled::Failed {
-            reason: report(e).into(),
-            retryable: e.is_retryable(),
-            permanent: e.is_permanent(),
-        },
-        // The function's own failure: a later delivery may succeed. `{:#}` prints the
-        // causes of errors that print them so (anyhow); `E` need not be an `Error`.
-        Err(ExecuteError::Function(e)) => Settled::Failed {
-            reason: format!("{e:#}").into(),
-            retryable: true,
-            permanent: false,
-        },
     }
 }
 

@@ -77,6 +77,7 @@ mod lease;
 pub mod metrics;
 mod operation;
 mod record;
+mod record_scope;
 pub mod store;
 mod twins;
 

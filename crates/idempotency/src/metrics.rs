@@ -93,3 +93,46 @@ pub(crate) fn store_request(
     #[cfg(not(feature = "metrics"))]
     let _ = (store, operation, result, took);
 }
+
+/// Counts a call that never returned: dropped (`cancelled`) or unwound by a panic.
+pub(crate) struct Unfinished<'a> {
+    pub(crate) function: &'a str,
+    pub(crate) operation: &'a str,
+    /// Whether it is still to be counted.
+    pub(crate) counted: bool,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            let outcome = if std::thread::panicking() {
+                "panicked"
+            } else {
+                "cancelled"
+            };
+            self::outcome(self.function, self.operation, outcome);
+        }
+    }
+}
+
+/// The `outcome` label of a call's result.
+pub(crate) fn outcome_label<T, E>(
+    result: &Result<(T, crate::Outcome), crate::ExecuteError<E>>,
+) -> &'static str {
+    match result {
+        Ok((_, outcome)) => outcome.as_str(),
+        Err(crate::ExecuteError::Idempotency(e)) => error_label(e),
+        Err(crate::ExecuteError::Function(_)) => "failed",
+    }
+}
+
+/// The `outcome` label of the library's own error.
+pub(crate) fn error_label(e: &crate::Error) -> &'static str {
+    match e {
+        crate::Error::AlreadyInProgress { .. } => "in_progress",
+        e if e.is_permanent() => "rejected",
+        crate::Error::LeaseLost { .. } => "lease_lost",
+        crate::Error::TwinFailed { .. } => "failed",
+        _ => "store_error",
+    }
+}

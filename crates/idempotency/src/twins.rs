@@ -7,7 +7,16 @@
 //! The batch scopes the registry to its invocation ([`scope`]): calls outside a batch, or
 //! in another invocation, meet in the store as any two workers do.
 
+use crate::batch::FailureKind;
+use crate::engine::decode;
+use crate::error::{Error, ExecuteError, report};
+use crate::invocation::Invocation;
+use crate::operation::Outcome;
+use crate::{lease, record_scope};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -18,12 +27,48 @@ pub(crate) enum Settled {
     Value(Arc<str>),
     /// Another worker held the key: the twin is in progress elsewhere too.
     InProgress(std::time::SystemTime),
-    /// It failed: the twin answers with the same failure, of the same class.
+    /// It failed, panicked or was dropped: the twin answers with the same failure, of the
+    /// same class, and never runs the function itself (the call may have paid for it).
     Failed {
         reason: Arc<str>,
         retryable: bool,
-        permanent: bool,
+        kind: FailureKind,
     },
+}
+
+impl Settled {
+    /// How a call that ended with `result` settles its twins; `None` for a function's own
+    /// failure, whose class only the batch that called it can tell (see [`Running::end`]).
+    fn of<T: Serialize, E>(result: &Result<(T, Outcome), ExecuteError<E>>) -> Option<Self> {
+        Some(match result {
+            Ok((value, _)) => match serde_json::to_string(value) {
+                Ok(data) => Settled::Value(data.into()),
+                Err(e) => Settled::Failed {
+                    reason: format!("its result does not serialize: {e}").into(),
+                    retryable: false,
+                    kind: FailureKind::Rejected,
+                },
+            },
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { lease_expires, .. })) => {
+                Settled::InProgress(*lease_expires)
+            }
+            Err(ExecuteError::Idempotency(e)) => Settled::Failed {
+                reason: report(e).into(),
+                retryable: e.is_retryable(),
+                kind: crate::batch::kind_of(e),
+            },
+            Err(ExecuteError::Function(_)) => return None,
+        })
+    }
+
+    /// A function's own failure, as twins see it: a later delivery may succeed.
+    pub(crate) fn function_failed(reason: Arc<str>, kind: FailureKind) -> Self {
+        Settled::Failed {
+            retryable: !kind.is_permanent(),
+            reason,
+            kind,
+        }
+    }
 }
 
 tokio::task_local! {
@@ -57,9 +102,15 @@ pub(crate) async fn enclosed_by<F: std::future::Future>(
     ENCLOSING.scope(Arc::new(ids), fut).await
 }
 
-/// Runs `fut` (a batch invocation's records) with one registry of running calls.
+/// Runs `fut` (a batch invocation's records) with one registry of running calls, which
+/// keeps the failures of the calls that ended: a twin later in the batch (in a FIFO group,
+/// a shard) answers with its sibling's failure instead of running the function again.
 pub(crate) async fn scope<F: std::future::Future>(fut: F) -> F::Output {
-    IN_FLIGHT.scope(Arc::default(), fut).await
+    let in_flight = InFlight {
+        keeps_failures: true,
+        ..InFlight::default()
+    };
+    IN_FLIGHT.scope(Arc::new(in_flight), fut).await
 }
 
 /// Runs `fut` with `in_flight` as its registry: one that outlives an invocation, shared by
@@ -91,10 +142,12 @@ pub(crate) fn current() -> Option<Arc<InFlight>> {
     IN_FLIGHT.try_with(Arc::clone).ok()
 }
 
-/// The calls running now, by handle and stored id.
+/// The calls running now, by handle and stored id (and, in a batch, those that failed).
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     calls: Mutex<HashMap<(usize, String), Call>>,
+    /// Whether a failed call's entry stays for the registry's life (a batch invocation's).
+    keeps_failures: bool,
 }
 
 #[derive(Debug)]
@@ -103,6 +156,9 @@ struct Call {
     serial: u64,
     validation: Option<String>,
     settled: watch::Sender<Option<Settled>>,
+    /// The batch record whose handler made this call, once the function failed and its
+    /// twins wait for that record's failure class.
+    failed_in: Option<usize>,
 }
 
 /// What [`InFlight::enter`] found.
@@ -113,13 +169,16 @@ pub(crate) enum Entered {
     Twin(Twin),
 }
 
-/// The running call's entry; removed when dropped, so a cancelled or panicking call never
-/// leaves its twins waiting (they see the sender gone and claim in the store themselves).
+/// The running call's entry. Dropped before it ended (the call panicked or was
+/// cancelled), it settles its twins with that failure: they never run a function whose
+/// call may already have been paid for.
 pub(crate) struct Running {
     in_flight: Arc<InFlight>,
     id: (usize, String),
     serial: u64,
     settled: watch::Sender<Option<Settled>>,
+    /// Whether the call ended with an answer (settled, or nobody waits for it).
+    ended: bool,
 }
 
 /// A waiting twin.
@@ -142,9 +201,21 @@ impl InFlight {
         let key = (handle, id.to_owned());
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(call) = calls.get(&key) {
+            let settled = match call.failed_in {
+                // The same record's handler calls it again after its function failed: it
+                // would wait for its own end. It fails as the first call did.
+                Some(record) if record_scope::current_id() == Some(record) => {
+                    let failed = Settled::function_failed(
+                        "it failed earlier in this record's handler".into(),
+                        FailureKind::Error,
+                    );
+                    watch::channel(Some(failed)).1
+                }
+                _ => call.settled.subscribe(),
+            };
             return Entered::Twin(Twin {
                 validation: call.validation.clone(),
-                settled: call.settled.subscribe(),
+                settled,
             });
         }
         let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -155,6 +226,7 @@ impl InFlight {
                 serial,
                 validation: validation.map(str::to_owned),
                 settled: settled.clone(),
+                failed_in: None,
             },
         );
         Entered::First(Running {
@@ -162,6 +234,7 @@ impl InFlight {
             id: key,
             serial,
             settled,
+            ended: false,
         })
     }
 
@@ -173,37 +246,157 @@ impl InFlight {
 
 impl Running {
     /// Whether a twin waits for this call (so its result is worth a second serialization).
-    pub(crate) fn awaited(&self) -> bool {
+    fn awaited(&self) -> bool {
         self.settled.receiver_count() > 0
     }
 
-    /// Hands `settled` to every waiting twin.
-    pub(crate) fn settle(self, settled: Settled) {
-        self.settled.send_replace(Some(settled));
+    /// Hands how the call ended to its twins. A function's own failure waits for the class
+    /// the enclosing batch record gives it ([`record_scope`]): the twin of a
+    /// `PermanentError` is permanent too. Outside a batch it is a failure a later attempt
+    /// may fix.
+    pub(crate) fn end<T: Serialize, E: fmt::Display>(
+        mut self,
+        result: &Result<(T, Outcome), ExecuteError<E>>,
+    ) {
+        match Settled::of(result) {
+            Some(settled @ Settled::Failed { .. }) => self.settle(settled),
+            Some(settled) if self.awaited() => self.settle(settled),
+            // Nobody waits: a twin that comes later asks the store, which has the answer.
+            Some(_) => self.ended = true,
+            None => {
+                let reason: Arc<str> = match result {
+                    Err(ExecuteError::Function(e)) => format!("{e:#}").into(),
+                    _ => unreachable!("only a function's failure has no settled form"),
+                };
+                match record_scope::current() {
+                    Some(record) => {
+                        self.entry(|call| call.failed_in = Some(record.id()));
+                        record.defer_failure(self, reason);
+                    }
+                    None => self.settle(Settled::function_failed(reason, FailureKind::Error)),
+                }
+            }
+        }
     }
-}
 
-impl Drop for Running {
-    fn drop(&mut self) {
+    /// Hands `settled` to every waiting twin.
+    pub(crate) fn settle(mut self, settled: Settled) {
+        self.settled.send_replace(Some(settled));
+        self.ended = true;
+    }
+
+    fn entry(&self, f: impl FnOnce(&mut Call)) {
         let mut calls = self
             .in_flight
             .calls
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if calls.get(&self.id).is_some_and(|c| c.serial == self.serial) {
+        if let Some(call) = calls.get_mut(&self.id).filter(|c| c.serial == self.serial) {
+            f(call);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.ended {
+            let (reason, kind) = if std::thread::panicking() {
+                ("it panicked", FailureKind::Panicked)
+            } else {
+                ("it was cancelled before it finished", FailureKind::Error)
+            };
+            self.settled
+                .send_replace(Some(Settled::function_failed(reason.into(), kind)));
+        }
+        let failed = matches!(*self.settled.borrow(), Some(Settled::Failed { .. }));
+        let mut calls = self
+            .in_flight
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let ours = calls.get(&self.id).is_some_and(|c| c.serial == self.serial);
+        if ours && !(failed && self.in_flight.keeps_failures) {
             calls.remove(&self.id);
+        } else if ours {
+            // Kept as a failure: no longer waiting on a record's class.
+            if let Some(call) = calls.get_mut(&self.id) {
+                call.failed_in = None;
+            }
         }
     }
 }
 
 impl Twin {
-    /// How the running call ended, or `None` if it was dropped unsettled (cancelled, or it
-    /// panicked): the twin then claims in the store like any call.
+    /// How the running call ended, or `None` if it ended with an answer it did not hand
+    /// over (nobody waited when it ended): the twin then asks the store like any call.
     pub(crate) async fn settled(mut self) -> Option<Settled> {
         match self.settled.wait_for(Option::is_some).await {
             Ok(settled) => settled.clone(),
             Err(_) => None,
         }
+    }
+}
+
+impl crate::Idempotency {
+    /// Waits for a twin running in this process and answers with its result, or `None`
+    /// when it was dropped unsettled (the caller then claims in the store).
+    pub(crate) async fn join_twin<T, E>(
+        &self,
+        id: &str,
+        twin: Twin,
+        invocation: Option<Invocation>,
+    ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
+    where
+        T: DeserializeOwned,
+    {
+        tracing::info!("a twin of this record is running in this batch: waiting for its result");
+        // Waits no longer than the batch does: a twin still waiting when the batch answers
+        // is in progress, not unfinished. Nor longer than the registry allows (an HTTP
+        // caller's patience).
+        let now = self.now();
+        let batch_left = invocation.map(|invocation| {
+            crate::clock::until(now, invocation.answer_by)
+                .saturating_sub(lease::COMPLETION_HEADROOM / 2)
+        });
+        let caller_left = wait_until().map(|until| crate::clock::until(now, until));
+        let left = match (batch_left, caller_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let settled = match left {
+            Some(left) => match tokio::time::timeout(left, twin.settled()).await {
+                Ok(settled) => settled,
+                // The twin's lease is not known here: its invocation's end, or a second.
+                Err(_) => Some(Settled::InProgress(invocation.map_or_else(
+                    || crate::clock::add(self.now(), std::time::Duration::from_secs(1)),
+                    |i| i.deadline,
+                ))),
+            },
+            None => twin.settled().await,
+        };
+        let key = || id.to_owned();
+        Some(match settled? {
+            Settled::Value(data) => decode(id, Some(&data))
+                .map(|value| (value, Outcome::Joined))
+                .map_err(ExecuteError::Idempotency),
+            Settled::InProgress(lease_expires) => {
+                Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
+                    key: key(),
+                    lease_expires,
+                    retry_after: lease::retry_after(self.now(), Some(lease_expires), lease_expires),
+                }))
+            }
+            Settled::Failed {
+                reason,
+                retryable,
+                kind,
+            } => Err(ExecuteError::Idempotency(Error::TwinFailed {
+                key: key(),
+                reason: reason.to_string(),
+                retryable,
+                kind,
+            })),
+        })
     }
 }
 
@@ -233,15 +426,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_dropped_call_releases_its_twins_unsettled() {
-        let in_flight = Arc::new(InFlight::default());
-        let first = in_flight.enter(1, "k", None);
-        let Entered::Twin(twin) = in_flight.enter(1, "k", None) else {
-            panic!("a twin")
+    async fn a_dropped_call_fails_its_twins_and_a_batch_keeps_the_failure() {
+        for keeps_failures in [false, true] {
+            let in_flight = Arc::new(InFlight {
+                keeps_failures,
+                ..InFlight::default()
+            });
+            let first = in_flight.enter(1, "k", None);
+            let Entered::Twin(twin) = in_flight.enter(1, "k", None) else {
+                panic!("a twin")
+            };
+            drop(first);
+            assert!(
+                matches!(twin.settled().await, Some(Settled::Failed { kind: FailureKind::Error, retryable: true, ref reason }) if reason.contains("cancelled")),
+                "a cancelled call's twin never runs it again"
+            );
+            assert_eq!(in_flight.len(), usize::from(keeps_failures));
+            if keeps_failures {
+                let Entered::Twin(later) = in_flight.enter(1, "k", None) else {
+                    panic!("a later twin in the batch meets the failure")
+                };
+                assert!(matches!(
+                    later.settled().await,
+                    Some(Settled::Failed { .. })
+                ));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_nobody_waits_for_leaves_later_calls_to_the_store() {
+        let in_flight = Arc::new(InFlight {
+            keeps_failures: true,
+            ..InFlight::default()
+        });
+        let Entered::First(first) = in_flight.enter(1, "k", None) else {
+            panic!()
         };
-        drop(first);
-        assert!(twin.settled().await.is_none());
-        assert_eq!(in_flight.len(), 0);
+        first.end::<u8, String>(&Ok((1, Outcome::Executed)));
+        assert_eq!(
+            in_flight.len(),
+            0,
+            "a success is not kept: the store has it"
+        );
     }
 
     #[test]

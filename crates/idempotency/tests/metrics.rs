@@ -3,13 +3,16 @@
 //! current-thread runtime), and the tracing span's fields, read by a layer in the test.
 #![cfg(feature = "metrics")]
 
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_idempotency::metrics::{
     BATCH_FAILURES, OUTCOMES, STORE_REQUEST_SECONDS, STORE_REQUESTS,
 };
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::{Claim, IdempotencyStore, StoreOp};
-use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, SqsBatch};
+use lambda_idempotency::{
+    Idempotency, KeyStrategy, KinesisBatch, MemoryStore, Operation, SqsBatch,
+};
 use lambda_runtime::{Context, LambdaEvent};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::{Value, json};
@@ -247,6 +250,61 @@ fn batch_failures_are_counted_by_kind() {
             .count(),
         2,
         "no other kind"
+    );
+}
+
+#[test]
+fn a_stream_record_that_waited_out_a_lease_is_counted_once_by_its_final_answer() {
+    // The in-progress alarm means "handed back": a record that waited for another
+    // worker's lease and then ran was never handed back.
+    let all = recorded(|| async {
+        let store = MemoryStore::new();
+        let elsewhere = Idempotency::builder(store.clone())
+            .lease(Duration::from_millis(300))
+            .build();
+        let here = Idempotency::new(store);
+        let op = Operation::new("job", KeyStrategy::field("id"));
+        let busy = json!({"id": "busy"});
+        let hanging = elsewhere.execute(&op, &busy, std::future::pending::<Result<(), String>>);
+        let batch = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut event = KinesisEvent::default();
+            let mut record = KinesisEventRecord::default();
+            record.event_source = Some("aws:kinesis".into());
+            record.kinesis.sequence_number = "1".into();
+            record.kinesis.data.0 = br#"{"id": "busy"}"#.to_vec();
+            event.records = vec![record];
+            let mut context = Context::default();
+            let deadline = SystemTime::now() + Duration::from_secs(3);
+            context.deadline = deadline
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            KinesisBatch::new()
+                .wait_for_in_progress(Some(Duration::from_millis(500)))
+                .report_json(LambdaEvent::new(event, context), |job: Value, _| {
+                    let (here, op) = (&here, &op);
+                    async move {
+                        here.execute(op, &job, || async { Ok::<_, lambda_runtime::Error>(()) })
+                            .await
+                            .map(|(_, outcome)| outcome)
+                            .map_err(lambda_idempotency::ExecuteError::into_inner)
+                    }
+                })
+                .await
+        };
+        tokio::select! {
+            _ = hanging => unreachable!("it hangs"),
+            report = batch => assert_eq!(
+                report.records[0].result.as_ref().ok(),
+                Some(&lambda_idempotency::Outcome::TookOver)
+            ),
+        }
+    });
+    assert_eq!(
+        outcomes(&all),
+        BTreeMap::from([("cancelled".into(), 1), ("took_over".into(), 1)]),
+        "the waiting record once, by its answer; the hanging call elsewhere as cancelled"
     );
 }
 

@@ -34,6 +34,8 @@ pub use report::{
 };
 pub use sqs::SqsBatch;
 
+pub(crate) use record::kind_of;
+
 use crate::error::BoxError;
 use crate::invocation::{self, Invocation};
 use crate::lease;

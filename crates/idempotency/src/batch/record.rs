@@ -4,11 +4,12 @@
 use super::report::{FailureKind, InvalidBody, PermanentError, RecordFailure, RecordReport};
 use crate::clock::Clock;
 use crate::error::{BoxError, Error, report};
+use crate::record_scope::{self, RecordScope};
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -75,7 +76,7 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
             }
             None => {
                 let span = info_span!("batch_record", item_id = %id_text);
-                let mut result = run_record(record.clone(), handler)
+                let (mut result, mut attempt) = run_record(record.clone(), handler)
                     .instrument(span.clone())
                     .await;
                 let mut waits = 0;
@@ -91,11 +92,13 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
                     };
                     info!(item_id = %id_text, ?wait, "key in progress elsewhere: waiting for its lease, then running the record again");
                     tokio::time::sleep(wait).await;
-                    result = run_record(record.clone(), handler)
+                    (result, attempt) = run_record(record.clone(), handler)
                         .instrument(span.clone())
                         .await;
                     waits += 1;
                 }
+                // Counted once, by the attempt that gives the record its answer.
+                attempt.flush_outcomes();
                 result
             }
         };
@@ -132,16 +135,29 @@ fn wait_for(failure: &RecordFailure, time_to_run: Duration, clock: &dyn Clock) -
     (claimable + time_to_run <= answer_by).then(|| crate::clock::until(clock.now(), claimable))
 }
 
-async fn run_record<R, T, E, F, Fut>(record: R, handler: &F) -> Result<T, RecordFailure>
+/// Runs one attempt at `record`; the attempt's scope keeps the outcomes it counted, for
+/// the batch to emit or drop, and settles the twins of its calls with the record's class.
+async fn run_record<R, T, E, F, Fut>(
+    record: R,
+    handler: &F,
+) -> (Result<T, RecordFailure>, Arc<RecordScope>)
 where
     F: Fn(R) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    match AssertUnwindSafe(async move { handler(record).await })
-        .catch_unwind()
-        .await
-    {
+    let scope = Arc::new(RecordScope::default());
+    let attempt = record_scope::within(scope.clone(), async move { handler(record).await });
+    let result = classify(AssertUnwindSafe(attempt).catch_unwind().await);
+    scope.settle_failures(result.as_ref().err().map(|f| f.kind));
+    (result, scope)
+}
+
+/// A record's answer, its failure named.
+fn classify<T, E: Into<BoxError>>(
+    answer: Result<Result<T, E>, Box<dyn std::any::Any + Send>>,
+) -> Result<T, RecordFailure> {
+    match answer {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => {
             let error: BoxError = err.into();
@@ -186,11 +202,7 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
             return FailureKind::Permanent;
         }
         if let Some(e) = e.downcast_ref::<Error>() {
-            return match e {
-                Error::AlreadyInProgress { .. } => FailureKind::InProgress,
-                e if e.is_permanent() => FailureKind::Rejected,
-                _ => FailureKind::Error,
-            };
+            return kind_of(e);
         }
         if e.is::<InvalidBody>() {
             return FailureKind::MalformedBody;
@@ -204,6 +216,16 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
         };
     }
     FailureKind::Error
+}
+
+/// The kind of a failure with the library's own error: a twin's is its sibling's.
+pub(crate) fn kind_of(e: &Error) -> FailureKind {
+    match e {
+        Error::AlreadyInProgress { .. } => FailureKind::InProgress,
+        Error::TwinFailed { kind, .. } => *kind,
+        e if e.is_permanent() => FailureKind::Rejected,
+        _ => FailureKind::Error,
+    }
 }
 
 pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {

@@ -55,6 +55,14 @@ impl Handler {
                         Err(format!("job {} failed", job.id).into())
                     }
                     "panic" => panic!("job {} panicked", job.id),
+                    "slow-panic" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        panic!("job {} panicked", job.id)
+                    }
+                    "slow-refuse" => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(PermanentError::new(format!("job {} refused", job.id)).into())
+                    }
                     "slow" => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         Ok(())

@@ -150,6 +150,77 @@ async fn a_twin_fails_with_its_sibling_and_both_come_again() {
 }
 
 #[tokio::test]
+async fn a_twin_of_a_call_that_panics_fails_with_it_and_the_function_runs_once() {
+    // The first copy may have paid for its call before it panicked: its twin must not run
+    // the function again in this invocation.
+    let handler = Handler::new();
+    let fixture =
+        include_str!("../fixtures/sqs-duplicate-in-batch.json").replace("slow", "slow-panic");
+    let report = twins(&handler, &fixture).await;
+    assert_eq!(
+        kinds(&report),
+        vec![Err(FailureKind::Panicked), Err(FailureKind::Panicked)]
+    );
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        1,
+        "the function ran once"
+    );
+    let reason = &report.records[1].result.as_ref().unwrap_err().reason;
+    assert!(
+        reason.contains("twin") && reason.contains("panicked"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn a_twin_of_a_permanent_failure_is_permanent() {
+    let handler = Handler::new();
+    let fixture =
+        include_str!("../fixtures/sqs-duplicate-in-batch.json").replace("slow", "slow-refuse");
+    let report = twins(&handler, &fixture).await;
+    assert_eq!(
+        kinds(&report),
+        vec![Err(FailureKind::Permanent), Err(FailureKind::Permanent)]
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_twin_later_in_its_fifo_group_keeps_its_siblings_failure_and_does_not_run_again() {
+    // In order, the twin starts after its sibling ended: it still answers with that end.
+    for (action, kind) in [
+        ("refuse", FailureKind::Permanent),
+        ("panic", FailureKind::Panicked),
+    ] {
+        let handler = Handler::new();
+        let record = |id: &str, body: String| {
+            json!({"messageId": id, "body": body, "eventSourceARN": "arn:aws:sqs:us-east-1:1:q.fifo",
+                   "attributes": {"MessageGroupId": "g"}})
+        };
+        let body = format!(r#"{{"id": "same", "action": "{action}"}}"#);
+        let payload = serde_json::from_value(json!({"Records": [
+            record("a-1", body.clone()),
+            record("a-2", body),
+        ]}))
+        .unwrap();
+        let report = SqsBatch::new()
+            .report_json(
+                LambdaEvent::new(payload, Context::default()),
+                |job: Job, _| handler.handle(job),
+            )
+            .await;
+        let expected = if kind.is_permanent() {
+            vec![Err(kind), Err(kind)]
+        } else {
+            vec![Err(kind), Err(FailureKind::SkippedAfterGroupFailure)]
+        };
+        assert_eq!(kinds(&report), expected, "{action}");
+        assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "{action}: one run");
+    }
+}
+
+#[tokio::test]
 async fn twins_whose_key_is_in_progress_in_another_worker_are_both_handed_back() {
     // Two workers (two handles over one store) get the same batch at once: the first
     // worker's records run and join; the second's find the key in progress, both.

@@ -306,6 +306,34 @@ async fn continue_past_failures_runs_every_record_and_reports_each_failure() {
 }
 
 #[tokio::test]
+async fn a_twin_of_a_permanent_failure_later_in_the_shard_is_permanent_and_does_not_run() {
+    let worker = Worker::new();
+    let refused = json!({"id": "a", "n": 1, "refuse": true}).to_string();
+    let report = worker
+        .kinesis(
+            &KinesisBatch::new(),
+            kinesis(&[
+                ("1", refused.as_bytes()),
+                ("2", &job("b")),
+                ("3", refused.as_bytes()),
+                ("4", &job("c")),
+            ]),
+        )
+        .await;
+    assert_eq!(
+        kinds(&report),
+        [
+            Err(FailureKind::Permanent),
+            Ok(Outcome::Executed),
+            Err(FailureKind::Permanent),
+            Ok(Outcome::Executed)
+        ],
+        "the twin keeps its sibling's class: the shard goes on"
+    );
+    assert_eq!(worker.calls(), 3, "the refused request ran once");
+}
+
+#[tokio::test]
 async fn a_key_whose_lease_ends_before_the_batch_answers_is_waited_for_then_taken_over() {
     let store = MemoryStore::new();
     // Elsewhere: a call that hangs under a 300 ms lease.

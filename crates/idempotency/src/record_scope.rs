@@ -1,0 +1,100 @@
+//! What one batch record's handler leaves for its batch to finish once the batch knows the
+//! record's answer: the twins of a call whose function failed wait for the failure's class
+//! (a `PermanentError` makes the twin permanent too, and only the batch reads the handler's
+//! error), and the outcomes counted by the record's calls are emitted once, by the final
+//! attempt (a stream record that waited out another worker's lease and then ran counts as
+//! what it finally was, never also as `in_progress`).
+
+use crate::batch::FailureKind;
+use crate::twins::{Running, Settled};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+tokio::task_local! {
+    static RECORD: Arc<RecordScope>;
+}
+
+/// One attempt at one batch record.
+#[derive(Default)]
+pub(crate) struct RecordScope {
+    /// Calls whose function failed, with the failure's text, until the record's class is
+    /// known.
+    failed_calls: Mutex<Vec<(Running, Arc<str>)>>,
+    /// Outcomes counted by the record's calls: function, operation, outcome.
+    #[cfg(feature = "metrics")]
+    outcomes: Mutex<Vec<(String, String, &'static str)>>,
+}
+
+impl std::fmt::Debug for RecordScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordScope").finish_non_exhaustive()
+    }
+}
+
+/// Runs `fut`, one record's handler, within `scope`.
+pub(crate) async fn within<F: Future>(scope: Arc<RecordScope>, fut: F) -> F::Output {
+    RECORD.scope(scope, fut).await
+}
+
+/// The enclosing record's scope, if any.
+pub(crate) fn current() -> Option<Arc<RecordScope>> {
+    RECORD.try_with(Arc::clone).ok()
+}
+
+/// The enclosing record's identity, if any.
+pub(crate) fn current_id() -> Option<usize> {
+    RECORD.try_with(|scope| scope.id()).ok()
+}
+
+/// Counts an outcome: at once outside a batch record, at the record's end inside one.
+pub(crate) fn count_outcome(function: &str, operation: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    if let Ok(()) = RECORD.try_with(|scope| {
+        lock(&scope.outcomes).push((function.to_owned(), operation.to_owned(), outcome));
+    }) {
+        return;
+    }
+    crate::metrics::outcome(function, operation, outcome);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RecordScope {
+    pub(crate) fn id(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Keeps `running`, whose function failed with `reason`, until [`Self::settle_failures`].
+    pub(crate) fn defer_failure(&self, running: Running, reason: Arc<str>) {
+        lock(&self.failed_calls).push((running, reason));
+    }
+
+    /// Settles the twins of every call whose function failed, with the record's class:
+    /// `None` when the handler answered anyway (a function's failure a later delivery may
+    /// fix).
+    pub(crate) fn settle_failures(&self, kind: Option<FailureKind>) {
+        let kind = kind.unwrap_or(FailureKind::Error);
+        for (running, reason) in lock(&self.failed_calls).drain(..) {
+            running.settle(Settled::function_failed(reason, kind));
+        }
+    }
+
+    /// Emits the outcomes this attempt counted: it is the record's final one (an attempt
+    /// the batch runs again is dropped uncounted).
+    pub(crate) fn flush_outcomes(&self) {
+        #[cfg(feature = "metrics")]
+        for (function, operation, outcome) in lock(&self.outcomes).drain(..) {
+            crate::metrics::outcome(&function, &operation, outcome);
+        }
+    }
+}
+
+impl Drop for RecordScope {
+    /// A record cut off before its batch classified it (the deadline): its failed calls'
+    /// twins fail as after any function failure.
+    fn drop(&mut self) {
+        self.settle_failures(None);
+    }
+}

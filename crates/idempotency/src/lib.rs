@@ -58,6 +58,17 @@ struct HttpDoctests;
 #[cfg(all(doctest, feature = "kinesis"))]
 #[doc = include_str!("../../../docs/streams.md")]
 struct StreamsDoctests;
+/// The quick start's handlers, one per trigger (`docs/quickstart.md`), compiled as doctests.
+#[cfg(all(
+    doctest,
+    feature = "kinesis",
+    feature = "dynamodb-streams",
+    feature = "lambda-http",
+    feature = "aws-config",
+    feature = "macros"
+))]
+#[doc = include_str!("../../../docs/quickstart.md")]
+struct QuickstartDoctests;
 
 mod batch;
 mod cache;

@@ -56,7 +56,11 @@ pub(super) async fn play(worker: &Worker, provider: &ProviderStub, tally: &mut T
                 let next = match (&record.result, last) {
                     (Ok(_), _) => "",
                     (Err(_), true) => "-> left for the dead-letter queue",
-                    (Err(_), false) => "-> handed back to SQS",
+                    // Permanent: no receive will succeed, but SQS decides when to stop.
+                    (Err(f), false) if f.kind.is_permanent() => {
+                        "-> reported as a batch item failure: SQS delivers it again until maxReceiveCount sends it to the dead-letter queue"
+                    }
+                    (Err(_), false) => "-> reported as a batch item failure: SQS delivers it again",
                 };
                 let line = tally.line(&record.result, next);
                 match &record.result {

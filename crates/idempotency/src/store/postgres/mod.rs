@@ -11,8 +11,11 @@
 //! given, so it is case-sensitive.
 //!
 //! # Protocol
-//! Each call is one statement in one round trip (an unnamed statement with its parameter
-//! types given: no separate prepare, nothing that pins an RDS Proxy connection).
+//! Each call is one statement in one round trip. By default each statement is prepared
+//! once per connection, as a named statement (its first use costs one more round trip),
+//! and then executed by name; with
+//! [`prepared_statements(false)`](PostgresStore::prepared_statements) each call is an
+//! unnamed statement with its parameter types given, which nothing keeps in the session.
 //! 1. **Claim**: one `INSERT … ON CONFLICT (id) DO UPDATE … WHERE` the stored row is
 //!    claimable ([`Record::is_claimable_by`]), beside a `SELECT … FOR UPDATE` of the
 //!    current row in the same statement, so a duplicate learns the live record from the
@@ -31,8 +34,15 @@
 //! One connection per store (per Lambda execution environment), made on first use,
 //! reused across invocations and rebuilt on the next call after it broke (closed,
 //! an I/O error, a server shutdown) or after a call was cut off by the engine's attempt
-//! timeout. Behind RDS Proxy or PgBouncer (transaction mode) this is fine: no session
-//! state and no named prepared statements are used.
+//! timeout. The only session state the store uses is its named prepared statements, so
+//! behind a pooler in transaction mode, where the next transaction may run on another
+//! server connection, turn them off with
+//! [`prepared_statements(false)`](PostgresStore::prepared_statements): PgBouncer before
+//! 1.21 or without `max_prepared_statements` (otherwise: `prepared statement "sN" does
+//! not exist`), and RDS Proxy (otherwise a prepare pins the client to one database
+//! connection). A direct connection, PgBouncer in session mode, or PgBouncer 1.21+ with
+//! `max_prepared_statements` keep the default. A statement the session lost anyway (a
+//! pooler's `DISCARD ALL`) is a retryable error; the retry prepares it again.
 //!
 //! A connect (TCP, TLS negotiation and start-up together) is bounded by the URL's
 //! `connect_timeout` (5 s when it sets none; once per host when it names several), and

@@ -331,20 +331,21 @@ impl<E> ExecuteError<E> {
     }
 }
 
-impl<E: fmt::Display> fmt::Display for ExecuteError<E> {
+/// Which side failed, and nothing of the inner error: that is the `source()`, so anyhow's
+/// `{:#}`, eyre and [`report`] print each cause once (`the function failed: HTTP 400`).
+/// Print it with [`report`] (or `{:#}`): `{}` alone shows this layer only.
+impl<E> fmt::Display for ExecuteError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExecuteError::Idempotency(e) => e.fmt(f),
-            ExecuteError::Function(e) => e.fmt(f),
-        }
+        f.write_str(match self {
+            ExecuteError::Idempotency(_) => "the idempotency layer failed the call",
+            ExecuteError::Function(_) => "the idempotent function failed",
+        })
     }
 }
 
-/// The inner error's `Display`, and the inner error itself as `source()`: a batch, or any
-/// code that walks the chain, finds this crate's [`Error`] or a
-/// [`PermanentError`](crate::PermanentError) behind it and classifies the failure by it.
-/// [`report`] prints the repeated text once; a chain printer that does not (anyhow's `{:#}`)
-/// shows the inner error's text twice.
+/// The inner error itself as `source()`: a batch, or any code that walks the chain, finds
+/// this crate's [`Error`] or a [`PermanentError`](crate::PermanentError) behind it and
+/// classifies the failure by it.
 impl<E: StdError + 'static> StdError for ExecuteError<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
@@ -441,13 +442,38 @@ mod tests {
         let err: ExecuteError<Layer> = ExecuteError::Idempotency(inner);
         assert_eq!(
             report(&err),
-            "redis idempotency store error (retryable): refused"
+            "the idempotency layer failed the call: redis idempotency store error (retryable): refused"
         );
         let source = StdError::source(&err).and_then(|s| s.downcast_ref::<Error>());
         assert!(matches!(source, Some(Error::Store { .. })), "{source:?}");
         let err: ExecuteError<Layer> =
             ExecuteError::Function(Layer("a", Some(Box::new(Layer("b", None)))));
-        assert_eq!(report(&err), "a: b");
+        assert_eq!(report(&err), "the idempotent function failed: a: b");
+    }
+
+    #[test]
+    fn an_execute_error_prints_each_cause_once_with_anyhow_and_is_still_found_behind() {
+        let inner = Error::store("redis", true, Layer("connection refused", None));
+        let err: ExecuteError<Layer> = ExecuteError::Idempotency(inner);
+        let text = format!("{:#}", anyhow::Error::new(err));
+        assert_eq!(
+            text.matches("redis idempotency store error").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.ends_with(": connection refused"), "{text}");
+        let err: ExecuteError<crate::PermanentError> =
+            ExecuteError::Function(crate::PermanentError::new("HTTP 400 from the provider"));
+        let text = format!("{:#}", anyhow::Error::new(err));
+        assert_eq!(text.matches("HTTP 400").count(), 1, "{text}");
+        let boxed: BoxError = Box::new(ExecuteError::Function(crate::PermanentError::new("x")));
+        let mut layer: Option<&(dyn StdError + 'static)> = Some(boxed.as_ref());
+        let mut found = false;
+        while let Some(e) = layer {
+            found |= e.is::<crate::PermanentError>();
+            layer = e.source();
+        }
+        assert!(found, "a batch still finds the PermanentError behind it");
     }
 
     #[test]

@@ -97,7 +97,7 @@ mod twins;
 pub use batch::KinesisBatch;
 pub use batch::{
     BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PermanentError,
-    RecordFailure, RecordReport, SqsBatch,
+    RecordFailure, RecordReport, SkippedRecord, SqsBatch,
 };
 #[cfg(feature = "dynamodb-streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`, `panicked`, `cancelled`) |
 //! | [`BATCH_FAILURES`] | counter | `kind` ([`FailureKind::as_str`](crate::FailureKind::as_str)) |
+//! | [`BATCH_SKIPPED`] | counter | `reason` (`remove`: a DynamoDB Streams `REMOVE`) |
 //! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`), `result` (`ok`, `error`, `timeout`) |
 //! | [`STORE_REQUEST_SECONDS`] | histogram | `store`, `operation` |
 //!
@@ -22,6 +23,8 @@ use std::time::Duration;
 pub const OUTCOMES: &str = "idempotency_outcomes_total";
 /// Batch records that failed, by [`FailureKind`](crate::FailureKind).
 pub const BATCH_FAILURES: &str = "idempotency_batch_failures_total";
+/// Batch records acknowledged without running, by reason.
+pub const BATCH_SKIPPED: &str = "idempotency_batch_skipped_total";
 /// Store request attempts, by store, operation and result.
 pub const STORE_REQUESTS: &str = "idempotency_store_requests_total";
 /// Store request attempts' latency, in seconds.
@@ -40,6 +43,11 @@ pub fn describe() {
             BATCH_FAILURES,
             Unit::Count,
             "Batch records that failed, by failure kind"
+        );
+        describe_counter!(
+            BATCH_SKIPPED,
+            Unit::Count,
+            "Batch records acknowledged without running, by reason (remove)"
         );
         describe_counter!(
             STORE_REQUESTS,
@@ -69,6 +77,13 @@ pub(crate) fn outcome(function: &str, operation: &str, outcome: &'static str) {
 }
 
 /// Counts one failed batch record.
+pub(crate) fn batch_skipped(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    counter!(BATCH_SKIPPED, "reason" => reason).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
 pub(crate) fn batch_failure(kind: &'static str) {
     #[cfg(feature = "metrics")]
     counter!(BATCH_FAILURES, "kind" => kind).increment(1);

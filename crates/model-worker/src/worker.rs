@@ -230,8 +230,8 @@ impl Worker {
     }
 
     /// Processes a DynamoDB Streams batch from a requests table (an item's attributes are
-    /// the request's fields; an INSERT or a MODIFY is a request, a REMOVE has no new image
-    /// and fails as such) and says what happened to each record.
+    /// the request's fields; an INSERT or a MODIFY is a request, a REMOVE (an expiry) is
+    /// acknowledged without running) and says what happened to each record.
     pub async fn process_dynamodb(
         &self,
         event: LambdaEvent<DynamoDbEvent>,

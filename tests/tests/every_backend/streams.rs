@@ -350,8 +350,8 @@ async fn a_dynamodb_stream_of_requests_runs_each_once_and_gives_up_only_what_can
         assert_eq!(calls[&format!("table request {i}")], 1, "{calls:?}");
     }
     assert_eq!(calls.len(), 3);
-    // The item that is no request and the REMOVE fail for good; given up once, with t4
-    // (which had run).
+    // The item that is no request fails for good; given up once, with the REMOVE
+    // (acknowledged without running) and t4 (which had run).
     assert_eq!(poller.given_up, [first.batch[3..].to_vec()]);
 
     // Lambda resends the whole shard: nothing is asked again.

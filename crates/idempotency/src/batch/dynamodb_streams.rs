@@ -2,7 +2,7 @@
 
 use super::record::{BatchRecord, GroupRule};
 use super::settings::{Settings, batch_entry_points, batch_setters, stream_setters};
-use super::{BatchReport, InvalidBody, dynamodb_json, record};
+use super::{BatchReport, InvalidBody, SkippedRecord, dynamodb_json, record};
 use crate::error::BoxError;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
@@ -30,11 +30,17 @@ use std::time::SystemTime;
 /// | `SS`, `NS` | array of strings, array of numbers, sorted (a set has no order) |
 /// | `B`, `BS` | base64 string, array of base64 strings, sorted |
 ///
-/// A record without a new image (a `REMOVE`, or a stream whose view type is `KEYS_ONLY` or
-/// `OLD_IMAGE`) is a [`MalformedBody`](crate::FailureKind::MalformedBody) failure with that
-/// reason, as is an image that does not convert or parse into `B`. To act on removals, use
-/// [`run`](Self::run) with [`StreamChange::from_record`], or keep them from the function
-/// with the event source mapping's filter (`FilterCriteria` on `eventName`).
+/// A `REMOVE` is acknowledged without running the handler by default: a table with a TTL
+/// streams one for every item that expires, and each is no request to run. It is logged,
+/// listed in [`BatchReport::skipped`](crate::BatchReport::skipped) and counted
+/// ([`metrics::BATCH_SKIPPED`](crate::metrics::BATCH_SKIPPED)), never a batch item
+/// failure. A handler that acts on deletions says so with
+/// [`run_removals`](Self::run_removals) and is handed the **old image** of each `REMOVE`.
+/// An `INSERT` or `MODIFY` without a new image (a stream whose view type is `KEYS_ONLY` or
+/// `OLD_IMAGE`: a deployment that cannot work) is a
+/// [`MalformedBody`](crate::FailureKind::MalformedBody) failure that says so, as is an
+/// image that does not convert or parse into `B`: left for the on-failure destination,
+/// never acknowledged unprocessed.
 ///
 /// **Enable `ReportBatchItemFailures` on the event source mapping.**
 ///
@@ -67,15 +73,18 @@ use std::time::SystemTime;
 ///     })
 ///     .await
 ///     .unwrap();
-/// // The REMOVE has no new image: reported, with that reason in the log.
-/// assert_eq!(serde_json::to_value(&response).unwrap(),
-///            json!({"batchItemFailures": [{"itemIdentifier": "200"}]}));
+/// // The REMOVE is acknowledged without running.
+/// assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
 /// # }
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct DynamoDbStreamBatch {
     settings: Settings,
+    run_removals: bool,
 }
+
+/// The event name of a deletion (a TTL expiry or a `DeleteItem`).
+const REMOVE: &str = "REMOVE";
 
 batch_setters!(
     DynamoDbStreamBatch,
@@ -88,13 +97,13 @@ batch_entry_points!(
     EventRecord,
     StreamChange,
     DynamoDbEventResponse,
-    "each record's new image converted to plain JSON and parsed into `B` (a record without a new image does not parse either)"
+    "each record's new image (a `REMOVE`'s old image, with `run_removals`) converted to plain JSON and parsed into `B` (a record without that image does not parse either)"
 );
 
-/// A record's change, its new image parsed.
+/// A record's change, its new image (a removal's old image) parsed.
 fn json_input<B: DeserializeOwned>(record: EventRecord) -> Result<(B, StreamChange), InvalidBody> {
     let change = StreamChange::from_record(record)?;
-    let image = change.new_image_as()?;
+    let image = change.image_as()?;
     Ok((image, change))
 }
 
@@ -157,14 +166,19 @@ impl StreamChange {
         })
     }
 
-    /// The new image parsed into `B`; none is an [`InvalidBody`] that says why.
-    fn new_image_as<B: DeserializeOwned>(&self) -> Result<B, InvalidBody> {
+    /// The new image (a `REMOVE`'s old image) parsed into `B`; none is an [`InvalidBody`]
+    /// that says why.
+    fn image_as<B: DeserializeOwned>(&self) -> Result<B, InvalidBody> {
         let item_id = self.record.item_id().unwrap_or_default();
-        let Some(image) = &self.new_image else {
+        let (image, which) = match self.event_name.as_str() {
+            REMOVE => (&self.old_image, "old"),
+            _ => (&self.new_image, "new"),
+        };
+        let Some(image) = image else {
             return Err(InvalidBody {
                 item_id,
                 reason: format!(
-                    "it has no new image (eventName {}, StreamViewType {}): a REMOVE, or a stream that does not carry new images",
+                    "it has no {which} image (eventName {}, StreamViewType {}): the stream does not carry {which} images",
                     self.event_name,
                     self.record
                         .change
@@ -179,7 +193,7 @@ impl StreamChange {
         B::deserialize(image).map_err(|e| InvalidBody {
             item_id,
             reason: format!(
-                "its new image is not the handler's input: {}",
+                "its image is not the handler's input: {}",
                 record::without_values(&e.to_string())
             ),
         })
@@ -209,7 +223,38 @@ impl DynamoDbStreamBatch {
             stop_at_permanent: self.settings.stop_at_permanent_failures,
             wait_for_in_progress: self.settings.time_to_run_after_a_wait,
         };
-        let groups = super::stream_groups(records, self.settings.in_order);
-        super::run_groups(&self.settings, groups, rule, deadline, handler).await
+        let mut skipped = Vec::new();
+        let mut to_run = Vec::with_capacity(records.len());
+        for (index, record) in records.into_iter().enumerate() {
+            if record.event_name == REMOVE && !self.run_removals {
+                let item_id = record.item_id();
+                tracing::info!(
+                    item_id = item_id.as_deref().unwrap_or_default(),
+                    "a REMOVE: acknowledged without running (run_removals is off)"
+                );
+                crate::metrics::batch_skipped("remove");
+                skipped.push(SkippedRecord {
+                    index,
+                    item_id,
+                    reason: "a REMOVE (an expired or deleted item): acknowledged without running; `run_removals(true)` runs the handler on removals".into(),
+                });
+            } else {
+                to_run.push((index, record));
+            }
+        }
+        let groups = super::stream_groups(to_run, self.settings.in_order);
+        let mut report = super::run_groups(&self.settings, groups, rule, deadline, handler).await;
+        report.skipped = skipped;
+        report
+    }
+
+    /// Runs the handler on `REMOVE` records too, with the item's **old image** as the
+    /// JSON input (the stream must carry old images: `NEW_AND_OLD_IMAGES` or `OLD_IMAGE`).
+    /// Default: off, a `REMOVE` is acknowledged without running (a TTL expiry is no
+    /// request). With it on, a `REMOVE` counts as any record: keep the event source
+    /// mapping's `FilterCriteria` to the removals you want, or each one runs.
+    pub fn run_removals(mut self, yes: bool) -> Self {
+        self.run_removals = yes;
+        self
     }
 }

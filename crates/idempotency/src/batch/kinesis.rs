@@ -121,7 +121,7 @@ impl KinesisBatch {
             stop_at_permanent: self.settings.stop_at_permanent_failures,
             wait_for_in_progress: self.settings.time_to_run_after_a_wait,
         };
-        let groups = super::stream_groups(records, self.settings.in_order);
+        let groups = super::stream_groups(records.into_iter().enumerate(), self.settings.in_order);
         super::run_groups(&self.settings, groups, rule, deadline, handler).await
     }
 }

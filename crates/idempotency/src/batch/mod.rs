@@ -30,7 +30,7 @@ pub use dynamodb_streams::{DynamoDbStreamBatch, StreamChange};
 pub use kinesis::KinesisBatch;
 pub use report::{
     BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PermanentError,
-    RecordFailure, RecordReport,
+    RecordFailure, RecordReport, SkippedRecord,
 };
 pub use sqs::SqsBatch;
 
@@ -63,12 +63,13 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    let mut item_ids: Vec<Option<String>> = Vec::new();
+    // By the record's index in the event; `None` for one not run (a skipped record).
+    let mut item_ids: Vec<Option<Option<String>>> = Vec::new();
     for (index, record) in groups.iter().flatten() {
         if item_ids.len() <= *index {
             item_ids.resize(index + 1, None);
         }
-        item_ids[*index] = record.item_id();
+        item_ids[*index] = Some(record.item_id());
     }
     let handler = &handler;
     // Each record's report lands as soon as it is known, so a stuck record never turns
@@ -104,8 +105,12 @@ where
             .unwrap_or_else(|p| p.into_inner())
             .into_iter()
             .zip(item_ids)
-            .map(|(slot, item_id)| slot.unwrap_or_else(|| record::unfinished(item_id)))
+            .filter_map(|(slot, item_id)| {
+                let item_id = item_id?;
+                Some(slot.unwrap_or_else(|| record::unfinished(item_id)))
+            })
             .collect(),
+        skipped: Vec::new(),
         response: PhantomData,
     }
 }
@@ -113,8 +118,11 @@ where
 /// A stream batch's groups: the whole batch in order (Lambda sends one shard per batch),
 /// or, when order does not matter, every record on its own.
 #[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
-fn stream_groups<R>(records: Vec<R>, in_order: bool) -> Vec<Vec<(usize, R)>> {
-    let records = records.into_iter().enumerate();
+fn stream_groups<R>(
+    records: impl IntoIterator<Item = (usize, R)>,
+    in_order: bool,
+) -> Vec<Vec<(usize, R)>> {
+    let records = records.into_iter();
     if in_order {
         vec![records.collect()]
     } else {

@@ -123,8 +123,11 @@ pub struct RecordReport<T> {
 /// [`DynamoDbEventResponse`](aws_lambda_events::event::streams::DynamoDbEventResponse).
 #[derive(Debug)]
 pub struct BatchReport<T, R = SqsBatchResponse> {
-    /// One report per record.
+    /// One report per record run, in the event's order.
     pub records: Vec<RecordReport<T>>,
+    /// The records acknowledged without running (a DynamoDB Streams `REMOVE`, by
+    /// default): neither run nor failed.
+    pub skipped: Vec<SkippedRecord>,
     /// The batch's `fail_invocation_when_all_fail`.
     pub(super) fail_invocation_when_all_fail: bool,
     pub(super) response: PhantomData<fn() -> R>,
@@ -195,7 +198,8 @@ impl<T, R: BatchResponse> BatchReport<T, R> {
 
     fn response(self, fail_invocation_when_all_fail: bool) -> Result<R, BatchError> {
         let mut response = R::default();
-        let total = self.records.len();
+        // A skipped record did not fail: a batch with one never failed whole.
+        let total = self.records.len() + self.skipped.len();
         let mut failed = 0;
         let mut first_reason = None;
         for (index, record) in self.records.into_iter().enumerate() {
@@ -216,6 +220,18 @@ impl<T, R: BatchResponse> BatchReport<T, R> {
         }
         Ok(response)
     }
+}
+
+/// A record acknowledged without running its handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedRecord {
+    /// Its position in the event.
+    pub index: usize,
+    /// Its item id (the stream record's sequence number).
+    pub item_id: Option<String>,
+    /// Why it was not run.
+    pub reason: String,
 }
 
 /// Why a whole invocation failed instead of returning a partial batch response.

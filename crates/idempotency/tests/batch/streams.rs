@@ -447,8 +447,10 @@ async fn the_response_follows_lambdas_rules() {
         .run_json(records(), |image: Value, _| worker.handle(image))
         .await
         .unwrap();
-    assert_eq!(reported(response), ["2"]);
+    assert!(reported(response).is_empty(), "a REMOVE is skipped");
     let response = dynamodb_batch
+        .clone()
+        .run_removals(true)
         .run(records(), |record| async move {
             match record.event_name.as_str() {
                 "INSERT" => Ok(()),
@@ -561,9 +563,17 @@ async fn a_dynamodb_change_hands_over_its_images_as_plain_json() {
             Ok(Outcome::Executed),
             Ok(Outcome::Replayed),
             Err(MalformedBody),
-            Err(MalformedBody),
             Ok(Outcome::Executed)
-        ]
+        ],
+        "the REMOVE is skipped, not run"
+    );
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(
+        (
+            report.skipped[0].index,
+            report.skipped[0].item_id.as_deref()
+        ),
+        (2, Some("300"))
     );
     let reason = |i: usize| {
         report.records[i]
@@ -573,12 +583,7 @@ async fn a_dynamodb_change_hands_over_its_images_as_plain_json() {
             .reason
             .clone()
     };
-    assert!(
-        reason(2).contains("no new image (eventName REMOVE"),
-        "{}",
-        reason(2)
-    );
-    assert!(reason(3).contains("attribute `n`"), "{}", reason(3));
+    assert!(reason(2).contains("attribute `n`"), "{}", reason(2));
     let seen = seen.into_inner().unwrap();
     assert_eq!(
         seen[0],
@@ -590,7 +595,62 @@ async fn a_dynamodb_change_hands_over_its_images_as_plain_json() {
     );
     assert_eq!(seen[1].1, Some(json!({"id": "a", "n": 1, "tags": ["x"]})));
     assert_eq!(worker.calls(), 2);
-    assert_eq!(reported(report.into_response().unwrap()), ["300", "400"]);
+    assert_eq!(reported(report.into_response().unwrap()), ["400"]);
+}
+
+#[tokio::test]
+async fn a_removal_is_acknowledged_without_running_unless_the_handler_asks_for_removals() {
+    // A requests table with a TTL streams a REMOVE for every expired item: by default each
+    // is acknowledged, never a failure that resends its batch with it.
+    let item = |id: &str| json!({"id": {"S": id}, "n": {"N": "1"}});
+    let records = || {
+        dynamodb(vec![
+            change("100", "INSERT", item("a"), Value::Null),
+            change("200", "REMOVE", Value::Null, item("old")),
+            change("300", "REMOVE", Value::Null, item("older")),
+        ])
+    };
+    let worker = Worker::new();
+    let report = DynamoDbStreamBatch::new()
+        .report_json(records(), |image: Value, _| worker.handle(image))
+        .await;
+    assert_eq!(kinds(&report), [Ok(Outcome::Executed)]);
+    assert_eq!(worker.calls(), 1, "no call for a removal");
+    let skipped: Vec<_> = report.skipped.iter().map(|s| s.item_id.clone()).collect();
+    assert_eq!(skipped, [Some("200".to_owned()), Some("300".to_owned())]);
+    assert!(
+        report.skipped[0].reason.contains("REMOVE"),
+        "{:?}",
+        report.skipped[0]
+    );
+    assert!(reported(report.into_response().unwrap()).is_empty());
+
+    // Every record a REMOVE: acknowledged, not "every record failed".
+    let only_removals = dynamodb(vec![change("200", "REMOVE", Value::Null, item("x"))]);
+    let response = DynamoDbStreamBatch::new()
+        .fail_invocation_when_all_fail(true)
+        .run_json(only_removals, |image: Value, _| worker.handle(image))
+        .await;
+    assert!(reported(response.unwrap()).is_empty());
+
+    // Asked for, a removal runs with its old image.
+    let seen = std::sync::Mutex::new(Vec::new());
+    let worker = Worker::new();
+    let report = DynamoDbStreamBatch::new()
+        .run_removals(true)
+        .report_json(records(), |image: Value, change| {
+            seen.lock()
+                .unwrap()
+                .push((change.event_name.clone(), image.clone()));
+            worker.handle(image)
+        })
+        .await;
+    assert_eq!(kinds(&report), [Ok(Outcome::Executed); 3]);
+    assert!(report.skipped.is_empty());
+    assert_eq!(
+        seen.into_inner().unwrap()[1],
+        ("REMOVE".to_owned(), json!({"id": "old", "n": 1}))
+    );
 }
 
 #[tokio::test]

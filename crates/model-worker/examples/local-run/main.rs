@@ -77,6 +77,8 @@ struct Tally {
     replayed: usize,
     joined: usize,
     failed: usize,
+    /// Stream records acknowledged without running (a DynamoDB REMOVE).
+    skipped: usize,
     /// Requests the provider refused when asked (a model call, reported failed).
     refused: usize,
     /// SQS messages left for the dead-letter queue: can never succeed, valid never sent,
@@ -92,6 +94,13 @@ struct Tally {
 }
 
 impl Tally {
+    /// One line for a record acknowledged without running, counted.
+    fn skip_line(&mut self) -> String {
+        self.deliveries += 1;
+        self.skipped += 1;
+        "a removal: acknowledged without running, no model call".to_owned()
+    }
+
     /// One line for one delivery of one record, counted.
     fn line(&mut self, result: &Result<Delivery, RecordFailure>, next: &str) -> String {
         self.deliveries += 1;
@@ -165,13 +174,14 @@ impl Tally {
             ));
         }
         println!(
-            "\n{} deliveries: {} requests ran and {} was refused by the provider (which saw {} model calls), {} replayed a stored result, {} joined a twin in its batch, {} failed; {dead} SQS messages left for the dead-letter queue: {}; {given_up} stream records given to the on-failure destination: {}.",
+            "\n{} deliveries: {} requests ran and {} was refused by the provider (which saw {} model calls), {} replayed a stored result, {} joined a twin in its batch, {} removals acknowledged without running, {} failed; {dead} SQS messages left for the dead-letter queue: {}; {given_up} stream records given to the on-failure destination: {}.",
             self.deliveries,
             self.ran,
             self.refused,
             provider.completion_calls(),
             self.replayed,
             self.joined,
+            self.skipped,
             self.failed,
             dead_letters.join(", "),
             destination.join(", "),

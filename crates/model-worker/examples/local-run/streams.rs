@@ -4,7 +4,7 @@
 use super::{Tally, invocation, request_label};
 use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use lambda_idempotency::{FailureKind, RecordReport};
+use lambda_idempotency::{BatchReport, FailureKind, RecordReport};
 use model_worker::{Delivery, Worker};
 use provider_stub::ProviderStub;
 use serde::de::DeserializeOwned;
@@ -29,13 +29,13 @@ pub(super) async fn play(worker: &Worker, provider: &ProviderStub, tally: &mut T
         .play(event.records, provider, tally, |records| async move {
             let mut event = KinesisEvent::default();
             event.records = records;
-            worker.process_kinesis(invocation(event)).await.records
+            aligned(worker.process_kinesis(invocation(event)).await)
         })
         .await;
 
     let file = "dynamodb-stream-batch.json";
     println!(
-        "\n== events/{file}: a DynamoDB stream of a requests table: a MODIFY that changed nothing, an item that is no request, a REMOVE"
+        "\n== events/{file}: a DynamoDB stream of a requests table: a MODIFY that changed nothing, an item that is no request, a REMOVE (an expiry: acknowledged, not run)"
     );
     let event: DynamoDbEvent = read(file);
     let shard = Shard {
@@ -50,7 +50,7 @@ pub(super) async fn play(worker: &Worker, provider: &ProviderStub, tally: &mut T
         .play(event.records, provider, tally, |records| async move {
             let mut event = DynamoDbEvent::default();
             event.records = records;
-            worker.process_dynamodb(invocation(event)).await.records
+            aligned(worker.process_dynamodb(invocation(event)).await)
         })
         .await;
 }
@@ -71,7 +71,7 @@ impl<R: Clone> Shard<R> {
         invoke: F,
     ) where
         F: Fn(Vec<R>) -> Fut,
-        Fut: Future<Output = Vec<RecordReport<Delivery>>>,
+        Fut: Future<Output = Vec<Option<RecordReport<Delivery>>>>,
     {
         let (mut start, mut retries) = (0, 0);
         while start < records.len() {
@@ -83,10 +83,21 @@ impl<R: Clone> Shard<R> {
             }
             let before = provider.completion_calls();
             let batch = records[start..].to_vec();
-            let reports = invoke(batch.clone()).await;
-            let lowest = reports.iter().position(|r| r.result.is_err());
+            let aligned = invoke(batch.clone()).await;
+            let lowest = aligned
+                .iter()
+                .position(|r| r.as_ref().is_some_and(|r| r.result.is_err()));
             let give_up = lowest.is_some() && retries >= MAX_RETRY_ATTEMPTS;
-            for (report, record) in reports.iter().zip(&batch) {
+            for (report, record) in aligned.iter().zip(&batch) {
+                let Some(report) = report else {
+                    let line = tally.skip_line();
+                    println!(
+                        "   {:>6} {:<28} {line}",
+                        tail((self.seq)(record)),
+                        (self.label)(record)
+                    );
+                    continue;
+                };
                 let next = match (&report.result, give_up) {
                     (Ok(_), _) => "",
                     (Err(_), true) => "-> given to the on-failure destination",
@@ -101,13 +112,18 @@ impl<R: Clone> Shard<R> {
             }
             println!(
                 "   batchItemFailures: {}, model calls in this invocation: {}",
-                reports.iter().filter(|r| r.result.is_err()).count(),
+                aligned
+                    .iter()
+                    .flatten()
+                    .filter(|r| r.result.is_err())
+                    .count(),
                 provider.completion_calls() - before
             );
             let Some(lowest) = lowest else { break };
             if give_up {
                 // The whole resent range goes to the destination; the shard moves past it.
-                for (report, record) in reports.iter().zip(&batch).skip(lowest) {
+                for (report, record) in aligned.iter().zip(&batch).skip(lowest) {
+                    let Some(report) = report else { continue };
                     match &report.result {
                         Err(f) if f.kind.is_permanent() => tally.given_up_permanent += 1,
                         Ok(_) => tally.given_up_ran.push((self.label)(record)),
@@ -123,6 +139,19 @@ impl<R: Clone> Shard<R> {
             start += lowest;
         }
     }
+}
+
+/// A batch's reports by the record's place in the event; `None` for one acknowledged
+/// without running (a REMOVE).
+fn aligned<R>(report: BatchReport<Delivery, R>) -> Vec<Option<RecordReport<Delivery>>> {
+    let len = report.records.len() + report.skipped.len();
+    let mut aligned: Vec<Option<RecordReport<Delivery>>> = (0..len).map(|_| None).collect();
+    let skipped: Vec<usize> = report.skipped.iter().map(|s| s.index).collect();
+    let places = (0..len).filter(|i| !skipped.contains(i));
+    for (place, record) in places.zip(report.records) {
+        aligned[place] = Some(record);
+    }
+    aligned
 }
 
 /// The last digits of a sequence number, enough to tell a batch's records apart.

@@ -286,6 +286,154 @@ async fn the_authorizer_keeps_callers_apart() {
     assert_eq!(app.calls(), 4);
 }
 
+/// A REST API request signed with IAM credentials (no authorizer principal): `identity`
+/// holds the caller's ARN and, for an identity pool's users, their Cognito identity.
+fn rest_iam(e: &mut Value, arn: &str, cognito_identity: Option<&str>) {
+    e["requestContext"]["authorizer"] = json!({});
+    let identity = &mut e["requestContext"]["identity"];
+    identity["userArn"] = json!(arn);
+    if let Some(id) = cognito_identity {
+        identity["cognitoIdentityPoolId"] = json!("us-east-1:pool");
+        identity["cognitoIdentityId"] = json!(id);
+    }
+}
+
+/// A Function URL (or HTTP API) request with AWS_IAM auth, from `arn`, with the Cognito
+/// identity an identity pool's user carries.
+fn url_iam(e: &mut Value, arn: &str, cognito_identity: Option<&str>) {
+    let iam = &mut e["requestContext"]["authorizer"]["iam"];
+    iam["userArn"] = json!(arn);
+    if let Some(id) = cognito_identity {
+        iam["cognitoIdentity"] =
+            json!({"amr": ["authenticated"], "identityId": id, "identityPoolId": "us-east-1:pool"});
+    }
+}
+
+const POOL_SESSION: &str =
+    "arn:aws:sts::123456789012:assumed-role/Cognito_PoolAuth_Role/CognitoIdentityCredentials";
+
+#[tokio::test]
+async fn every_identity_source_keeps_callers_apart_or_refuses_a_shared_value() {
+    // A scope is a value no two callers share. For each source: two callers are two
+    // requests; the same caller again is a replay.
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, &str, Edit, Edit)> = vec![
+        (
+            "REST: identity pool users behind one role session",
+            REST,
+            Box::new(|e| rest_iam(e, POOL_SESSION, Some("us-east-1:ada"))),
+            Box::new(|e| rest_iam(e, POOL_SESSION, Some("us-east-1:bob"))),
+        ),
+        (
+            "REST: IAM users",
+            REST,
+            Box::new(|e| rest_iam(e, "arn:aws:iam::123456789012:user/ada", None)),
+            Box::new(|e| rest_iam(e, "arn:aws:iam::123456789012:user/bob", None)),
+        ),
+        (
+            "REST: assumed-role sessions",
+            REST,
+            Box::new(|e| rest_iam(e, "arn:aws:sts::123456789012:assumed-role/R/ada", None)),
+            Box::new(|e| rest_iam(e, "arn:aws:sts::123456789012:assumed-role/R/bob", None)),
+        ),
+        (
+            "Function URL: identity pool users behind one role session",
+            FUNCTION_URL,
+            Box::new(|e| url_iam(e, POOL_SESSION, Some("us-east-1:ada"))),
+            Box::new(|e| url_iam(e, POOL_SESSION, Some("us-east-1:bob"))),
+        ),
+        (
+            "HTTP API: machine clients' tokens without a subject",
+            HTTP_API,
+            Box::new(|e| {
+                let claims = &mut e["requestContext"]["authorizer"]["jwt"]["claims"];
+                claims.as_object_mut().unwrap().remove("sub");
+                claims["client_id"] = json!("client-a");
+            }),
+            Box::new(|e| {
+                let claims = &mut e["requestContext"]["authorizer"]["jwt"]["claims"];
+                claims.as_object_mut().unwrap().remove("sub");
+                claims["client_id"] = json!("client-b");
+            }),
+        ),
+        (
+            "HTTP API: mutual TLS client certificates",
+            HTTP_API,
+            Box::new(|e| mtls(e, "01")),
+            Box::new(|e| mtls(e, "02")),
+        ),
+    ];
+    for (what, event, first, second) in cases {
+        let store = store();
+        let app = App::new();
+        let service = layered(&app, layer(&store).build().unwrap());
+        let a = send(&service, event, &*first).await;
+        let b = send(&service, event, &*second).await;
+        let a_again = send(&service, event, &*first).await;
+        assert_eq!((a.status, b.status), (200, 200), "{what}: {}", b.json());
+        assert!(
+            !b.replayed(),
+            "{what}: a second caller never sees the first's response"
+        );
+        assert!(
+            a_again.replayed(),
+            "{what}: the same caller's retry is replayed"
+        );
+        assert_eq!(app.calls(), 2, "{what}");
+    }
+
+    // Only a value many callers share: refused with the reason, never shared.
+    let refused: Vec<(&str, &str, Edit, &str)> = vec![
+        (
+            "REST: the pool's role session without an identity",
+            REST,
+            Box::new(|e| rest_iam(e, POOL_SESSION, None)),
+            "role session",
+        ),
+        (
+            "Function URL: the pool's role session without an identity",
+            FUNCTION_URL,
+            Box::new(|e| url_iam(e, POOL_SESSION, None)),
+            "role session",
+        ),
+        (
+            "REST: an API key alone",
+            REST,
+            Box::new(|e| {
+                e["requestContext"]["authorizer"] = json!({});
+                e["requestContext"]["identity"]["apiKeyId"] = json!("key-1");
+            }),
+            "API key",
+        ),
+    ];
+    for (what, event, edit, reason) in refused {
+        let store = store();
+        let app = App::new();
+        let service = layered(&app, layer(&store).build().unwrap());
+        let answer = send(&service, event, &*edit).await;
+        assert_eq!(answer.status, 401, "{what}");
+        let detail = answer.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(detail.contains(reason), "{what}: {detail}");
+        assert_eq!(app.calls(), 0, "{what}");
+    }
+}
+
+/// An HTTP API request without an authorizer, over mutual TLS with a certificate of
+/// serial number `serial`.
+fn mtls(e: &mut Value, serial: &str) {
+    e["requestContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorizer");
+    e["requestContext"]["authentication"] = json!({"clientCert": {
+        "clientCertPem": "-----BEGIN CERTIFICATE-----", "issuerDN": "CN=Example CA",
+        "serialNumber": serial, "subjectDN": "CN=client",
+        "validity": {"notBefore": "Jan 1 00:00:00 2026 GMT", "notAfter": "Jan 1 00:00:00 2027 GMT"}}});
+}
+
 #[tokio::test]
 async fn without_a_caller_the_default_scope_refuses_with_401() {
     let store = store();

@@ -37,6 +37,9 @@ pub(crate) enum Resolved {
     Caller(String),
     Everyone,
     Nobody,
+    /// Only a value many callers share (an identity pool's role session, an API key):
+    /// refused, with why, rather than shared.
+    Shared(&'static str),
 }
 
 impl CallerScope {
@@ -55,16 +58,32 @@ impl CallerScope {
         CallerScope(Source::Unscoped)
     }
 
-    /// The principal API Gateway's authorizer found, from lambda_http's request context,
-    /// the first of: a JWT authorizer's `iss` and `sub` claims; a REST API Lambda
-    /// authorizer's `principalId` (it must be the caller's own: AWS's sample authorizers
-    /// return the constant `user`, which would make every caller one); a Cognito user pool
-    /// authorizer's `sub` claim (REST APIs); the IAM caller's ARN (IAM authorization,
-    /// Function URLs with `AWS_IAM`; an assumed role's ARN names its session, so a retry
-    /// from a new session is another caller); the Cognito identity; the API key's id.
-    /// Nothing for ALB events, without an authorizer, or for an HTTP API Lambda authorizer
-    /// (payload 2.0 has no principal: use
-    /// [`lambda_authorizer_context`](Self::lambda_authorizer_context)).
+    /// The caller API Gateway identified, from lambda_http's request context: a value no
+    /// two callers share. The first of:
+    ///
+    /// 1. a JWT authorizer's `iss` and `sub` claims (a token without `sub`, as some
+    ///    machine-to-machine tokens are: its `iss` and `client_id`);
+    /// 2. a REST API Lambda authorizer's `principalId` (it must be the caller's own: AWS's
+    ///    sample authorizers return the constant `user`, which would make every caller one);
+    /// 3. a Cognito user pool authorizer's `sub` claim (REST APIs);
+    /// 4. a Cognito identity pool's identity (`cognitoIdentityPoolId` and
+    ///    `cognitoIdentityId` in a REST API's `identity`; `cognitoIdentity` in an HTTP API's
+    ///    or Function URL's IAM authorizer): every user of a pool signs as the same
+    ///    assumed-role session, so the identity, not the ARN, is the caller;
+    /// 5. the IAM caller's ARN (IAM authorization, Function URLs with `AWS_IAM`; an assumed
+    ///    role's ARN names its session, so a retry from a new session is another caller);
+    /// 6. an HTTP API's mutual TLS client certificate (its issuer and serial number).
+    ///
+    /// A request that carries only a value many callers share is refused with `401`
+    /// (`caller-unidentified`, with the reason) rather than scoped by it: an identity pool's
+    /// role session (`…/CognitoIdentityCredentials`) without its identity, and an API key
+    /// (one key may serve every client of a usage plan; scope by what the key's owner
+    /// knows with [`from_fn`](Self::from_fn), or share deliberately with
+    /// [`unscoped`](Self::unscoped)). Nothing is found for ALB events, without an
+    /// authorizer, or for an HTTP API Lambda authorizer (payload 2.0 has no principal: use
+    /// [`lambda_authorizer_context`](Self::lambda_authorizer_context)); a REST API's mTLS
+    /// certificate is not in lambda_http's request context, so mTLS on a REST API needs
+    /// [`from_fn`](Self::from_fn).
     ///
     /// The default scope when the `lambda-http` feature is on.
     #[cfg(feature = "lambda-http")]
@@ -104,19 +123,25 @@ impl CallerScope {
         let found = match &self.0 {
             Source::Unscoped => return Resolved::Everyone,
             Source::FirstOf(list) => {
+                let mut shared = None;
                 for scope in list {
                     match scope.resolve(parts) {
                         Resolved::Nobody => continue,
+                        Resolved::Shared(why) => shared = shared.or(Some(why)),
                         found => return found,
                     }
                 }
-                return Resolved::Nobody;
+                return shared.map_or(Resolved::Nobody, Resolved::Shared);
             }
             Source::Fn(f) => f(parts)
                 .filter(|caller| !caller.is_empty())
                 .map(|caller| format!("fn:{caller}")),
             #[cfg(feature = "lambda-http")]
-            Source::Authorizer => authorizer::principal(parts),
+            Source::Authorizer => match authorizer::principal(parts) {
+                authorizer::Found::Caller(caller) => Some(caller),
+                authorizer::Found::Shared(why) => return Resolved::Shared(why),
+                authorizer::Found::Nothing => None,
+            },
             #[cfg(feature = "lambda-http")]
             Source::AuthorizerContext(key) => authorizer::context_value(parts, key),
             // The raw bytes, hashed: two credentials that differ in any byte are two callers.
@@ -157,22 +182,73 @@ mod authorizer {
     use lambda_http::request::RequestContext;
     use serde_json::Value;
 
-    /// The caller API Gateway's authorizer found, with its kind as a prefix so that two
-    /// kinds of identity never meet.
-    pub(super) fn principal(parts: &Parts) -> Option<String> {
-        match parts.extensions.get::<RequestContext>()? {
-            RequestContext::ApiGatewayV1(context) => {
+    /// What the request context says of the caller.
+    pub(super) enum Found {
+        Caller(String),
+        /// Only a value many callers share.
+        Shared(&'static str),
+        Nothing,
+    }
+
+    const SHARED_ROLE_SESSION: &str = "the request is signed by an identity pool's shared role session (CognitoIdentityCredentials) and carries no Cognito identity";
+    const SHARED_API_KEY: &str =
+        "an API key is the only identity in the request, and one key may serve many clients";
+
+    /// The caller API Gateway identified, with its kind as a prefix so that two kinds of
+    /// identity never meet.
+    pub(super) fn principal(parts: &Parts) -> Found {
+        let found = match parts.extensions.get::<RequestContext>() {
+            Some(RequestContext::ApiGatewayV1(context)) => {
                 let identity = &context.identity;
                 from_authorizer(&context.authorizer)
-                    .or_else(|| prefixed("iam", identity.user_arn.as_deref()))
-                    .or_else(|| prefixed("cognito", identity.cognito_identity_id.as_deref()))
-                    .or_else(|| prefixed("api-key", identity.api_key_id.as_deref()))
+                    .or_else(|| {
+                        cognito(
+                            identity.cognito_identity_pool_id.as_deref(),
+                            identity.cognito_identity_id.as_deref(),
+                        )
+                    })
+                    .or_else(|| iam(identity.user_arn.as_deref()))
+                    .or_else(|| {
+                        identity
+                            .api_key_id
+                            .as_deref()
+                            .filter(|id| !id.is_empty())
+                            .map(|_| Err(SHARED_API_KEY))
+                    })
             }
-            RequestContext::ApiGatewayV2(context) => {
-                context.authorizer.as_ref().and_then(from_authorizer)
-            }
+            Some(RequestContext::ApiGatewayV2(context)) => context
+                .authorizer
+                .as_ref()
+                .and_then(from_authorizer)
+                .or_else(|| {
+                    let cert = context.authentication.as_ref()?.client_cert.as_ref()?;
+                    let serial = cert.serial_number.as_deref().filter(|s| !s.is_empty())?;
+                    let pair = serde_json::to_string(&(cert.issuer_dn.as_deref(), serial)).ok()?;
+                    prefixed("mtls", Some(&pair)).map(Ok)
+                }),
             _ => None,
+        };
+        match found {
+            Some(Ok(caller)) => Found::Caller(caller),
+            Some(Err(why)) => Found::Shared(why),
+            None => Found::Nothing,
         }
+    }
+
+    /// A Cognito identity pool's identity: the pool and the id, as JSON.
+    fn cognito(pool: Option<&str>, id: Option<&str>) -> Option<Result<String, &'static str>> {
+        let id = id.filter(|id| !id.is_empty())?;
+        let pair = serde_json::to_string(&(pool.unwrap_or(""), id)).ok()?;
+        prefixed("cognito", Some(&pair)).map(Ok)
+    }
+
+    /// An IAM caller's ARN, unless it is the session every identity pool user shares.
+    fn iam(arn: Option<&str>) -> Option<Result<String, &'static str>> {
+        let arn = arn.filter(|arn| !arn.is_empty())?;
+        if arn.contains(":assumed-role/") && arn.ends_with("/CognitoIdentityCredentials") {
+            return Some(Err(SHARED_ROLE_SESSION));
+        }
+        prefixed("iam", Some(arn)).map(Ok)
     }
 
     /// A Lambda authorizer's context value under `key`, in either payload version.
@@ -197,11 +273,13 @@ mod authorizer {
         prefixed("jwt", Some(&pair))
     }
 
-    fn from_authorizer(authorizer: &ApiGatewayRequestAuthorizer) -> Option<String> {
+    fn from_authorizer(
+        authorizer: &ApiGatewayRequestAuthorizer,
+    ) -> Option<Result<String, &'static str>> {
         let fields = &authorizer.fields;
         let from_jwt = authorizer.jwt.as_ref().and_then(|token| {
             let claim = |name: &str| token.claims.get(name).map(String::as_str);
-            jwt(claim("iss"), claim("sub"))
+            jwt(claim("iss"), claim("sub")).or_else(|| jwt_client(claim("iss"), claim("client_id")))
         });
         from_jwt
             .or_else(|| {
@@ -214,11 +292,25 @@ mod authorizer {
                 let claims = fields.get("claims")?;
                 let claim = |name: &str| claims.get(name).and_then(Value::as_str);
                 jwt(claim("iss"), claim("sub"))
+                    .or_else(|| jwt_client(claim("iss"), claim("client_id")))
             })
+            .map(Ok)
             .or_else(|| {
                 let iam = authorizer.iam.as_ref()?;
-                prefixed("iam", iam.user_arn.as_deref())
+                let identity = iam.cognito_identity.as_ref();
+                cognito(
+                    identity.and_then(|c| c.identity_pool_id.as_deref()),
+                    identity.and_then(|c| c.identity_id.as_deref()),
+                )
+                .or_else(|| self::iam(iam.user_arn.as_deref()))
             })
+    }
+
+    /// A machine client's token without a subject: its issuer and client id.
+    fn jwt_client(iss: Option<&str>, client_id: Option<&str>) -> Option<String> {
+        let client_id = client_id.filter(|s| !s.is_empty())?;
+        let pair = serde_json::to_string(&(iss.unwrap_or(""), client_id)).ok()?;
+        prefixed("jwt-client", Some(&pair))
     }
 
     fn prefixed(kind: &str, id: Option<&str>) -> Option<String> {

@@ -196,6 +196,16 @@ where
                 None,
             ));
         }
+        Resolved::Shared(why) => {
+            warn!(scope = ?s.scope, why, "refused a request that names no caller of its own");
+            return Ok(s.problem(
+                Problem::CallerUnidentified,
+                &format!(
+                    "{why}, so its idempotency key cannot be kept apart from other callers' keys"
+                ),
+                None,
+            ));
+        }
     };
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),

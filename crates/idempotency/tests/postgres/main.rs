@@ -819,3 +819,22 @@ async fn table_and_schema_names_over_63_bytes_are_refused() {
     assert_eq!(found, 1);
     table.drop_table().await;
 }
+
+/// The longest request timeout, `Duration::MAX`, bounds nothing and overflows nothing: a
+/// call runs and its duplicate is answered.
+#[tokio::test]
+async fn the_longest_request_timeout_works() {
+    let table = TestTable::new("max_timeout").await;
+    let store = table.store().request_timeout(Duration::MAX);
+    let idem = Idempotency::builder(store)
+        .store_attempt_timeout(Duration::MAX)
+        .build();
+    for expected in [Outcome::Executed, Outcome::Replayed] {
+        let (_, outcome) = idem
+            .execute(&op(), &payload("max"), || async { Ok::<_, String>(1) })
+            .await
+            .unwrap();
+        assert_eq!(outcome, expected);
+    }
+    table.drop_table().await;
+}

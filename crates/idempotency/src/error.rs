@@ -38,7 +38,7 @@ pub enum Error {
     /// The payload has no value where the key strategy looks for one (or an empty one:
     /// `null`, `""`, `[]` or `{}`).
     KeyMissing {
-        /// What was looked for: a JSON pointer or a field list.
+        /// What was looked for, as written: a JSON pointer, a field's name or a field list.
         field: String,
     },
     /// The payload could not be turned into a key (not serializable, or a closure failed).

@@ -155,9 +155,21 @@ fn key(lit: LitStr) -> syn::Result<LitStr> {
     field(non_empty(lit)?)
 }
 
-/// A field name or a JSON pointer: a pointer's `~` must start `~0` or `~1` (RFC 6901).
+/// A field name or a JSON pointer: a pointer's `~` must start `~0` or `~1` (RFC 6901). A
+/// name with a `/` that does not start with one (`"order/id"`) would be a top-level field
+/// literally named so, which is almost never what is meant: refused, naming both spellings.
 fn field(lit: LitStr) -> syn::Result<LitStr> {
     let value = lit.value();
+    if !value.starts_with('/') && value.contains('/') {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "{value:?} is neither a field name nor a JSON pointer: for the nested field write \"/{}\" (a JSON pointer starts with `/`); for a top-level field whose name holds `/`, write \"/{}\"",
+                value.replace('~', "~0"),
+                value.replace('~', "~0").replace('/', "~1")
+            ),
+        ));
+    }
     if value.starts_with('/') {
         let mut chars = value.chars();
         while let Some(c) = chars.next() {

@@ -24,7 +24,7 @@ use proc_macro::TokenStream;
 /// | argument | meaning |
 /// |---|---|
 /// | `handle = expr` | **required**: the `Idempotency` (store and settings): a static, a field, an argument |
-/// | `key = "field"` or `key = "/json/pointer"` | the key is that value of the payload |
+/// | `key = "field"` or `key = "/json/pointer"` | the key is that value of the payload; a name with a `/` must be a pointer (`"order/id"` is refused: `"/order/id"` for the nested field, `"/order~1id"` for one so named) |
 /// | `hash = ["field", ...]` or `hash = Type::FIELDS` | the key is the SHA-256 of those fields' canonical JSON; with `key`, the fallback when the key field is absent |
 /// | `payload = arg` | the argument the key is read from; optional when there is one argument |
 /// | `validate = ["field", ...]` or `validate = Type::FIELDS` | a later call with the same key and different fields fails with `PayloadMismatch` |

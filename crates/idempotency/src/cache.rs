@@ -11,6 +11,9 @@ pub(crate) struct Cached {
     pub(crate) expiration: SystemTime,
 }
 
+/// The most entries [`CompletedCache::new`] makes room for before any is inserted.
+const PREALLOCATED: usize = 1024;
+
 /// First-in, first-out eviction: completed records never change, so recency buys little.
 /// One mutex, held for a map lookup: safe and cheap under `run_concurrent`.
 #[derive(Debug)]
@@ -20,13 +23,13 @@ pub(crate) struct CompletedCache {
 }
 
 impl CompletedCache {
+    /// Room for at most [`PREALLOCATED`] entries is made up front; the cache grows past that
+    /// as entries come, so any capacity, up to `usize::MAX`, is only a bound.
     pub(crate) fn new(capacity: usize) -> Self {
+        let room = capacity.min(PREALLOCATED);
         Self {
             capacity,
-            inner: Mutex::new((
-                HashMap::with_capacity(capacity),
-                VecDeque::with_capacity(capacity),
-            )),
+            inner: Mutex::new((HashMap::with_capacity(room), VecDeque::with_capacity(room))),
         }
     }
 

@@ -38,7 +38,7 @@ pub enum Error {
     /// The payload has no value where the key strategy looks for one (or an empty one:
     /// `null`, `""`, `[]` or `{}`).
     KeyMissing {
-        /// What was looked for: a JSON pointer or a field list.
+        /// What was looked for, as written: a JSON pointer, a field's name or a field list.
         field: String,
     },
     /// The payload could not be turned into a key (not serializable, or a closure failed).
@@ -51,12 +51,16 @@ pub enum Error {
     /// A setting that could not work: a function name, operation name or key prefix that
     /// is empty or holds a character that separates the parts of a stored id (so two
     /// different operations could share ids), or a key or field pointer that is no JSON
-    /// pointer (so it would find nothing in any payload). Raised when the handle or the
-    /// operation is built, never per message (but for `#[idempotent]`'s `hash = CONST`
+    /// pointer (so it would find nothing in any payload), or a store's table name that
+    /// cannot work. Raised when the handle, the operation or the store is built, never
+    /// per message (but for `#[idempotent]`'s `hash = CONST`
     /// and `validate = CONST`, checked at the first call).
     InvalidName {
         /// Which setting: `"function name"`, `"operation name"`, `"key prefix"`,
-        /// `"key pointer"`, `"key field"` or `"validation field"`.
+        /// `"key pointer"`, `"key field"`, `"validation field"`, `"table name"` (the
+        /// PostgreSQL store's), or one of the HTTP layer's (`"key header name"`,
+        /// `"fingerprint header name"`, `"replay header name"`, `"key length"`,
+        /// `"caller scope"`).
         what: &'static str,
         /// The name.
         name: String,

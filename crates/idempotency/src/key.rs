@@ -40,6 +40,11 @@ pub struct KeyStrategy(Source);
 #[derive(Clone)]
 enum Source {
     Pointer(String),
+    /// A top-level field: read through its pointer, named as written.
+    Field {
+        name: String,
+        pointer: String,
+    },
     Hash {
         fields: Vec<String>,
         allow_missing: bool,
@@ -75,9 +80,14 @@ impl KeyStrategy {
         KeyStrategy(Source::Pointer(pointer))
     }
 
-    /// A top-level field, e.g. `request_id`.
+    /// A top-level field, e.g. `request_id`, whatever its name holds (`order/id` is a
+    /// field so named, not a nested one: that is [`pointer`](Self::pointer)`("/order/id")`).
+    /// A missing key is named as written here.
     pub fn field(name: &str) -> Self {
-        Self::pointer_unchecked(field_pointer(name))
+        KeyStrategy(Source::Field {
+            name: name.to_owned(),
+            pointer: field_pointer(name),
+        })
     }
 
     /// SHA-256 (hex) of the canonical JSON (RFC 8785) of the named fields: top-level names
@@ -118,6 +128,8 @@ impl KeyStrategy {
     pub(crate) fn check(&self) -> Result<(), Error> {
         match &self.0 {
             Source::Pointer(pointer) => check_pointer("key pointer", pointer),
+            // Escaped by `field`: always a pointer.
+            Source::Field { .. } => Ok(()),
             Source::Hash { fields, .. } => check_fields("key field", fields),
             Source::Custom(_) => Ok(()),
             Source::FirstOf(list) => list.iter().try_for_each(KeyStrategy::check),
@@ -169,17 +181,8 @@ impl KeyStrategy {
     /// The key for `payload`.
     pub fn derive(&self, payload: &Value) -> Result<String, Error> {
         match &self.0 {
-            Source::Pointer(pointer) => match payload.pointer(pointer) {
-                // An empty value would be one key shared by every message that has it.
-                None => Err(Error::KeyMissing {
-                    field: pointer.clone(),
-                }),
-                Some(v) if is_empty(v) => Err(Error::KeyMissing {
-                    field: pointer.clone(),
-                }),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(other) => Ok(crate::canonical::to_canonical_string(other)),
-            },
+            Source::Pointer(pointer) => read_key(payload, pointer, pointer),
+            Source::Field { name, pointer } => read_key(payload, pointer, name),
             Source::Hash {
                 fields,
                 allow_missing,
@@ -225,6 +228,7 @@ impl fmt::Debug for KeyStrategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Source::Pointer(p) => write!(f, "KeyStrategy::pointer({p:?})"),
+            Source::Field { name, .. } => write!(f, "KeyStrategy::field({name:?})"),
             Source::Hash {
                 fields,
                 allow_missing,
@@ -331,6 +335,21 @@ pub(crate) fn check_fields(what: &'static str, fields: &[String]) -> Result<(), 
         .try_for_each(|f| check_pointer(what, f))
 }
 
+/// The key at `pointer`; a missing or empty one is [`Error::KeyMissing`] naming `named`.
+fn read_key(payload: &Value, pointer: &str, named: &str) -> Result<String, Error> {
+    match payload.pointer(pointer) {
+        // An empty value would be one key shared by every message that has it.
+        None => Err(Error::KeyMissing {
+            field: named.to_owned(),
+        }),
+        Some(v) if is_empty(v) => Err(Error::KeyMissing {
+            field: named.to_owned(),
+        }),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Ok(crate::canonical::to_canonical_string(other)),
+    }
+}
+
 fn field_pointer(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
 }
@@ -389,7 +408,37 @@ mod tests {
         );
         assert_eq!(k.derive(&json!({"model": "m"})).unwrap().len(), 64);
         let err = k.derive(&json!({})).unwrap_err();
-        assert!(matches!(err, Error::KeyMissing { field } if field == "/request_id or model"));
+        assert!(matches!(err, Error::KeyMissing { field } if field == "request_id or model"));
+    }
+
+    /// A missing key names the field as it was written: `field("order/id")` is a
+    /// top-level field named `order/id`, and the error says that name, not the pointer
+    /// `/order~1id` it is read through.
+    #[test]
+    fn a_missing_field_is_named_as_written() {
+        let missing = |k: KeyStrategy| match k.derive(&json!({"order": {"id": "1"}})) {
+            Err(e @ Error::KeyMissing { .. }) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        let text = missing(KeyStrategy::field("order/id"));
+        assert!(text.contains("at order/id;"), "{text}");
+        assert!(!text.contains("~1"), "{text}");
+        let text = missing(KeyStrategy::field("a~b"));
+        assert!(text.contains("at a~b;"), "{text}");
+        // A pointer is named as the pointer it is.
+        let text = missing(KeyStrategy::pointer("/order/sku"));
+        assert!(text.contains("at /order/sku;"), "{text}");
+        assert_eq!(
+            format!("{:?}", KeyStrategy::field("order/id")),
+            "KeyStrategy::field(\"order/id\")"
+        );
+        // The field is still read: a top-level name holding `/`.
+        assert_eq!(
+            KeyStrategy::field("order/id")
+                .derive(&json!({"order/id": "7"}))
+                .unwrap(),
+            "7"
+        );
     }
 
     #[test]
@@ -416,7 +465,7 @@ mod tests {
         }
         assert_eq!(
             format!("{:?}", KeyStrategy::field("a").or(KeyStrategy::hash(["b"]))),
-            r#"[KeyStrategy::pointer("/a"), KeyStrategy::hash(["b"])]"#
+            r#"[KeyStrategy::field("a"), KeyStrategy::hash(["b"])]"#
         );
     }
 

@@ -507,3 +507,64 @@ async fn a_function_that_panics_releases_its_claim_and_the_panic_goes_on() {
         .unwrap();
     assert_eq!((value.as_str(), outcome), ("ran", Outcome::Executed));
 }
+
+/// Every setting of the handle at 0 and at its maximum: none panics or wraps. A call runs,
+/// its duplicate is answered from the record, and a store that fails once is retried.
+#[tokio::test]
+async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
+    type Setting =
+        fn(lambda_idempotency::IdempotencyBuilder) -> lambda_idempotency::IdempotencyBuilder;
+    let settings: [(&str, Setting); 12] = [
+        ("expires_after(0)", |b| b.expires_after(Duration::ZERO)),
+        ("expires_after(MAX)", |b| b.expires_after(Duration::MAX)),
+        ("lease(0)", |b| b.lease(Duration::ZERO)),
+        ("lease(MAX)", |b| b.lease(Duration::MAX)),
+        ("local_cache(0)", |b| b.local_cache(0)),
+        ("local_cache(MAX)", |b| b.local_cache(usize::MAX)),
+        ("max_claim_attempts(0)", |b| b.max_claim_attempts(0)),
+        ("max_claim_attempts(MAX)", |b| {
+            b.max_claim_attempts(u32::MAX)
+        }),
+        ("max_store_attempts(0)", |b| b.max_store_attempts(0)),
+        ("max_store_attempts(MAX)", |b| {
+            b.max_store_attempts(u32::MAX)
+        }),
+        ("store_attempt_timeout(0)", |b| {
+            b.store_attempt_timeout(Duration::ZERO)
+        }),
+        ("store_attempt_timeout(MAX)", |b| {
+            b.store_attempt_timeout(Duration::MAX)
+        }),
+    ];
+    for (name, setting) in settings {
+        let store = FaultyStore::new(MemoryStore::new());
+        let idem = setting(Idempotency::builder(store.clone())).build();
+        let calls = AtomicU32::new(0);
+        let first = call(&idem, &payload("a"), &calls).await;
+        assert_eq!(first.unwrap().1, Outcome::Executed, "{name}");
+        let (_, again) = call(&idem, &payload("a"), &calls).await.unwrap();
+        assert!(
+            matches!(again, Outcome::Replayed | Outcome::ReplayedFromCache),
+            "{name}: {again:?}"
+        );
+        // Within an invocation (a deadline), through a store error.
+        store.inject(StoreOp::Claim, Fault::Unavailable, 1);
+        let deadline = SystemTime::now() + Duration::from_secs(30);
+        let result = idem
+            .execute_until(&op(), &payload("b"), deadline, || async {
+                Ok::<_, String>("answer".to_string())
+            })
+            .await;
+        if name == "max_store_attempts(0)" {
+            // One attempt: the store's error is the answer.
+            assert!(
+                matches!(result, Err(ExecuteError::Idempotency(Error::Store { .. }))),
+                "{name}: {result:?}"
+            );
+        } else {
+            assert_eq!(result.unwrap().1, Outcome::Executed, "{name}");
+        }
+        let record = store.inner().record("local.generate#a").unwrap();
+        assert_eq!(record.status, Status::Completed, "{name}");
+    }
+}

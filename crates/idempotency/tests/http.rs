@@ -1072,6 +1072,96 @@ fn settings_that_cannot_work_fail_at_build() {
     );
 }
 
+/// Every length and duration setting of the layer at 0 (where it is allowed) and at its
+/// maximum: none panics or wraps on a request.
+#[tokio::test]
+async fn settings_at_zero_and_at_their_maximum() {
+    // The longest key: any key is accepted, however long.
+    let long = store();
+    let app = App::new();
+    let service = layered(&app, layer(&long).max_key_len(usize::MAX).build().unwrap());
+    for key in ["k", &"k".repeat(10_000)] {
+        let first = send(&service, HTTP_API, |e| {
+            set_header(e, "idempotency-key", key)
+        })
+        .await;
+        let again = send(&service, HTTP_API, |e| {
+            set_header(e, "idempotency-key", key)
+        })
+        .await;
+        assert_eq!((first.status, again.status), (200, 200), "{}", key.len());
+        assert!(!first.replayed() && again.replayed(), "{}", key.len());
+    }
+    // Retry-After at 0 (at least a second is said) and at its maximum: the twin's lease
+    // (15 minutes).
+    for (max, expected) in [(Duration::ZERO, 1..=1), (Duration::MAX, 899..=900)] {
+        let store = store();
+        let app = App::new();
+        let service = layered(&app, layer(&store).max_retry_after(max).build().unwrap());
+        let first = tokio::spawn({
+            let service = service.clone();
+            async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+        });
+        while app.calls() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let twin = send(&service, HTTP_API, |_| {}).await;
+        assert_eq!(twin.status, 409, "{max:?}");
+        let retry_after: u64 = twin.header("retry-after").unwrap().parse().unwrap();
+        assert!(expected.contains(&retry_after), "{max:?}: {retry_after}");
+        app.gate.add_permits(1);
+        first.await.unwrap();
+    }
+    // A wait of 0 answers 409 at once; one of `Duration::MAX` waits for the twin.
+    for (wait, status) in [(Duration::ZERO, 409), (Duration::MAX, 200)] {
+        let store = store();
+        let app = App::new();
+        let service = layered(
+            &app,
+            layer(&store).wait_for_in_progress(wait).build().unwrap(),
+        );
+        let first = tokio::spawn({
+            let service = service.clone();
+            async move { send(&service, HTTP_API, |e| set_header(e, "x-test", "gate")).await }
+        });
+        while app.calls() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let twin = tokio::spawn({
+            let service = service.clone();
+            async move { send(&service, HTTP_API, |_| {}).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        app.gate.add_permits(1);
+        assert_eq!(first.await.unwrap().status, 200, "{wait:?}");
+        let twin = twin.await.unwrap();
+        assert_eq!(twin.status, status, "{wait:?}");
+        assert_eq!(app.calls(), 1, "{wait:?}");
+    }
+}
+
+/// The operation name is the stored id's second part, `{function}.{operation}#{key}`:
+/// the function name holds no `.`, so the first `.` ends it and an operation may hold `.`
+/// (`charge.v2`); only `#`, which ends the prefix, is refused.
+#[test]
+fn an_operation_name_may_hold_a_period_but_not_a_hash() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let layer = |name: &str| IdempotencyKeyLayer::builder(idempotency.clone(), name).build();
+    layer("charge.v2").expect("a period is accepted");
+    for bad in ["charge#v2", ""] {
+        assert!(
+            matches!(
+                layer(bad),
+                Err(lambda_idempotency::Error::InvalidName {
+                    what: "operation name",
+                    ..
+                })
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
 /// A REST API (or ALB) retry of the very same request, query and all, must replay; it
 /// must never be a 422. lambda_http rebuilds the URI's query from
 /// `multiValueQueryStringParameters`, a `HashMap` whose order changes with every event.

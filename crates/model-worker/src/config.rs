@@ -556,6 +556,54 @@ mod tests {
         assert!(partial.unwrap_err().to_string().contains("all three"));
     }
 
+    /// Every number setting at its extremes: 0 fails the start-up naming the variable, as
+    /// does a number past `u64::MAX`; `u64::MAX` itself is accepted (the library caps
+    /// times past the year 2500) and the queue's product saturates, never wraps.
+    #[test]
+    fn number_settings_at_zero_and_at_their_maximum() {
+        let max = u64::MAX.to_string();
+        let past_max = "18446744073709551616";
+        let base = [
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://x"),
+        ];
+        let with = |extra: &[(&str, &str)]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            config(&all)
+        };
+        let c = with(&[("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", &max)]).unwrap();
+        assert_eq!(c.expires_after, Some(Duration::from_secs(u64::MAX)));
+        let c = with(&[
+            ("IDEMPOTENCY_QUEUE_RETENTION_SECONDS", &max),
+            ("IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT", &max),
+            ("IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS", &max),
+        ])
+        .unwrap();
+        assert_eq!(c.expires_after, Some(Duration::MAX));
+        for name in [
+            "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
+            "IDEMPOTENCY_QUEUE_RETENTION_SECONDS",
+            "IDEMPOTENCY_QUEUE_MAX_RECEIVE_COUNT",
+            "IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS",
+        ] {
+            for bad in ["0", past_max] {
+                let err = with(&[(name, bad)]).unwrap_err();
+                assert!(
+                    err.to_string()
+                        .contains(&format!("{name}={bad:?} is not a positive whole number")),
+                    "{err}"
+                );
+            }
+        }
+        // The handle takes the longest expiry without overflow.
+        let handle =
+            lambda_idempotency::Idempotency::builder(lambda_idempotency::MemoryStore::new())
+                .expires_after(Duration::from_secs(u64::MAX))
+                .try_build();
+        assert!(handle.is_ok());
+    }
+
     #[test]
     fn the_api_key_comes_from_the_environment_or_a_secret_not_both() {
         let arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:model-key-AbC123";

@@ -130,9 +130,13 @@ fn wait_for(failure: &RecordFailure, time_to_run: Duration, clock: &dyn Clock) -
         }
         layer = e.source();
     };
-    let claimable = lease_expires + Duration::from_millis(1);
+    let claimable = crate::clock::add(lease_expires, Duration::from_millis(1));
     let answer_by = crate::invocation::current()?.answer_by;
-    (claimable + time_to_run <= answer_by).then(|| crate::clock::until(clock.now(), claimable))
+    // Checked: a `time_to_run` of `Duration::MAX` never fits, and never overflows.
+    let fits = claimable
+        .checked_add(time_to_run)
+        .is_some_and(|ready| ready <= answer_by);
+    fits.then(|| crate::clock::until(clock.now(), claimable))
 }
 
 /// Runs one attempt at `record`; the attempt's scope keeps the outcomes it counted, for

@@ -54,7 +54,8 @@ pub(crate) fn read_key(
     }
     let raw = value.as_bytes();
     // The raw length first, so a huge header is refused before any work on it.
-    if raw.len() > max_len + 2 {
+    // Two more for the quotes; saturating, as the longest setting is `usize::MAX`.
+    if raw.len() > max_len.saturating_add(2) {
         return Err(KeyProblem::TooLong {
             len: raw.len(),
             max: max_len,

@@ -126,7 +126,8 @@ impl IdempotencyKeyLayerBuilder {
         self
     }
 
-    /// The longest key accepted, in bytes. Default 255.
+    /// The longest key accepted, in bytes. Default 255; 0 is refused by
+    /// [`build`](Self::build), `usize::MAX` accepts any key.
     pub fn max_key_len(mut self, max: usize) -> Self {
         self.max_key_len = max;
         self
@@ -176,7 +177,8 @@ impl IdempotencyKeyLayerBuilder {
 
     /// The longest `Retry-After` a `409` gives. It says when the twin's lease ends, which
     /// may be minutes away (a Function URL's invocation may run 15 minutes) while the twin
-    /// finishes in seconds; a retry costs one store request. Default 5 s.
+    /// finishes in seconds; a retry costs one store request. Default 5 s; `Retry-After`
+    /// is whole seconds, rounded up, and at least 1.
     pub fn max_retry_after(mut self, max: Duration) -> Self {
         self.max_retry_after = max;
         self
@@ -203,7 +205,9 @@ impl IdempotencyKeyLayerBuilder {
     }
 
     /// The layer, or the first setting that cannot work: an operation name that is empty
-    /// or holds `#` or `.`, a header name that is none, a zero key length, no caller scope.
+    /// or holds `#` (which ends the stored id's prefix, `{function}.{operation}#{key}`; a
+    /// `.` is accepted, as the function name holds none and so the first `.` ends it), a
+    /// header name that is none, a zero key length, no caller scope.
     pub fn build(self) -> Result<IdempotencyKeyLayer, Error> {
         let header_name = |what: &'static str, name: &str| {
             HeaderName::try_from(name).map_err(|_| Error::InvalidName {

@@ -113,7 +113,7 @@ impl Problem {
 /// Whole seconds, rounded up (a client that waits less finds the request still running),
 /// at least 1.
 pub(crate) fn retry_after_secs(after: Duration) -> u64 {
-    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    let secs = (after.as_secs()).saturating_add(u64::from(after.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -131,6 +131,8 @@ mod tests {
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
         assert_eq!(response.headers()[RETRY_AFTER], "3");
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
         let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
         assert_eq!(body["type"], "https://example.com/p#request-in-progress");
         assert_eq!(

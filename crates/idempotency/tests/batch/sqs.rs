@@ -301,7 +301,7 @@ async fn permanent_failures_are_rejected_and_the_reason_is_the_whole_chain() {
     assert!(failure.kind.is_permanent());
     assert_eq!(
         failure.reason,
-        "the handler's wrapper: the payload has no idempotency key at /id; refusing to process it without one"
+        "the handler's wrapper: the payload has no idempotency key at id; refusing to process it without one"
     );
     let inner = failure.error.as_deref().unwrap();
     assert!(

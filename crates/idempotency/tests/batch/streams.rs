@@ -375,6 +375,104 @@ async fn a_key_whose_lease_ends_before_the_batch_answers_is_waited_for_then_take
     );
 }
 
+/// `wait_for_in_progress` at its extremes: `Duration::MAX` of time to run never fits
+/// before the batch answers, so the record is reported (no overflow when the lease ends);
+/// zero waits for the lease and takes the key over.
+#[tokio::test]
+async fn wait_for_in_progress_at_zero_and_at_its_maximum() {
+    for (time_to_run, expected) in [
+        (
+            Duration::MAX,
+            [
+                Err(FailureKind::InProgress),
+                Err(FailureKind::SkippedAfterGroupFailure),
+            ],
+        ),
+        (
+            Duration::ZERO,
+            [Ok(Outcome::TookOver), Ok(Outcome::Executed)],
+        ),
+    ] {
+        let store = MemoryStore::new();
+        let elsewhere = Worker {
+            idempotency: Idempotency::builder(store.clone())
+                .lease(Duration::from_millis(300))
+                .build(),
+            ..Worker::new()
+        };
+        let worker = Worker {
+            idempotency: Idempotency::new(store),
+            ..Worker::new()
+        };
+        let slow = json!({"id": "busy", "n": 1, "hang": true});
+        let data = json!({"id": "busy", "n": 1}).to_string();
+        let hanging = elsewhere.handle(slow);
+        let batch = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let deadline = SystemTime::now() + Duration::from_secs(3);
+            let event = kinesis_until(
+                &[("1", data.as_bytes()), ("2", &job("next"))],
+                Some(deadline),
+            );
+            let batch = KinesisBatch::new().wait_for_in_progress(Some(time_to_run));
+            worker.kinesis(&batch, event).await
+        };
+        let report = tokio::select! {
+            _ = hanging => unreachable!("it hangs"),
+            report = batch => report,
+        };
+        assert_eq!(kinds(&report), expected, "{time_to_run:?}");
+    }
+}
+
+/// `deadline_margin` and `max_concurrency` at their extremes: a margin of
+/// `Duration::MAX` answers at once (a record that waits is unfinished; no overflow), zero
+/// lets records run to the deadline; a concurrency of 0 runs one at a time, `usize::MAX`
+/// every record at once.
+#[tokio::test]
+async fn deadline_margin_and_max_concurrency_at_zero_and_at_their_maximum() {
+    use FailureKind::*;
+    let hang = json!({"id": "h", "n": 1, "hang": true}).to_string();
+    let (a, b) = (job("a"), job("b"));
+    let deadline = || Some(SystemTime::now() + Duration::from_secs(3));
+    type Case<'a> = (
+        KinesisBatch,
+        Vec<(&'a str, &'a [u8])>,
+        Vec<Result<Outcome, FailureKind>>,
+    );
+    let cases: [Case<'_>; 4] = [
+        (
+            KinesisBatch::new().deadline_margin(Duration::MAX),
+            vec![("1", hang.as_bytes()), ("2", &a)],
+            vec![Err(Unfinished), Err(Unfinished)],
+        ),
+        (
+            KinesisBatch::new().deadline_margin(Duration::ZERO),
+            vec![("1", &a), ("2", &b)],
+            vec![Ok(Outcome::Executed); 2],
+        ),
+        (
+            KinesisBatch::new().max_concurrency(0),
+            vec![("1", &a), ("2", &b)],
+            vec![Ok(Outcome::Executed); 2],
+        ),
+        (
+            KinesisBatch::new()
+                .continue_past_failures(true)
+                .max_concurrency(usize::MAX),
+            vec![("1", &a), ("2", &b)],
+            vec![Ok(Outcome::Executed); 2],
+        ),
+    ];
+    for (batch, records, expected) in cases {
+        let worker = Worker::new();
+        let report = worker
+            .kinesis(&batch, kinesis_until(&records, deadline()))
+            .await;
+        assert_eq!(kinds(&report), expected, "{batch:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_key_in_progress_elsewhere_stops_the_shard() {
     let worker = Worker::new();

@@ -530,21 +530,41 @@ async fn a_missing_table_is_a_clear_permanent_error() {
 
 #[tokio::test]
 async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
-    // Nothing listens on port 1: refused, retryable, the driver's error as the source.
-    let store = PostgresStore::from_url("postgres://postgres@127.0.0.1:1/test", "t").unwrap();
-    let err = store.get("x").await.unwrap_err();
-    match &err {
-        Error::Store {
-            backend: "postgres",
-            retryable: true,
-            source,
-        } => assert!(
-            source.downcast_ref::<tokio_postgres::Error>().is_some(),
-            "{source:?}"
-        ),
-        other => panic!("{other:?}"),
+    // Nothing listens on port 1: refused, retryable, the driver's error in the chain, the
+    // server named (host and port) and the password never, however the URL gives it.
+    for url in [
+        "postgres://postgres:pw-hunter2@127.0.0.1:1/test",
+        "postgres://127.0.0.1:1/test?user=postgres&password=pw-hunter2",
+        "host=127.0.0.1 port=1 user=postgres password=pw-hunter2 dbname=test",
+    ] {
+        let store = PostgresStore::from_url(url, "t").unwrap();
+        let get = store.get("x").await.unwrap_err();
+        let connect = store.ensure_connected().await.unwrap_err();
+        let connected = PostgresStore::connect(url, "t").await.unwrap_err();
+        for err in [get, connect, connected] {
+            match &err {
+                Error::Store {
+                    backend: "postgres",
+                    retryable: true,
+                    ..
+                } => {}
+                other => panic!("{url}: {other:?}"),
+            }
+            let mut source = std::error::Error::source(&err);
+            let mut found = false;
+            while let Some(s) = source {
+                found |= s.downcast_ref::<tokio_postgres::Error>().is_some();
+                source = s.source();
+            }
+            assert!(found, "{url}: the driver's error is in the chain: {err:?}");
+            let text = lambda_idempotency::report(&err);
+            assert!(text.contains("127.0.0.1:1"), "{url}: {text}");
+            for shown in [text, format!("{err:?}")] {
+                assert!(!shown.contains("hunter2"), "{url}: {shown}");
+                assert!(!shown.contains("postgres:pw"), "{url}: {shown}");
+            }
+        }
     }
-    assert!(store.ensure_connected().await.is_err());
     // A malformed URL: permanent.
     assert!(matches!(
         PostgresStore::from_url("postgres://u@h:port/db", "t"),
@@ -789,12 +809,11 @@ async fn table_and_schema_names_over_63_bytes_are_refused() {
         format!("public.{}", "é".repeat(32)),
     ] {
         match PostgresStore::from_url(&postgres_url(), &name) {
-            Err(Error::Store {
-                backend: "postgres",
-                retryable: false,
-                source,
+            Err(Error::InvalidName {
+                what: "table name",
+                reason: text,
+                ..
             }) => {
-                let text = source.to_string();
                 assert!(
                     text.contains("63 bytes") && text.contains("64"),
                     "{name}: the error says what is wrong: {text}"
@@ -817,5 +836,24 @@ async fn table_and_schema_names_over_63_bytes_are_refused() {
         .unwrap()
         .get(0);
     assert_eq!(found, 1);
+    table.drop_table().await;
+}
+
+/// The longest request timeout, `Duration::MAX`, bounds nothing and overflows nothing: a
+/// call runs and its duplicate is answered.
+#[tokio::test]
+async fn the_longest_request_timeout_works() {
+    let table = TestTable::new("max_timeout").await;
+    let store = table.store().request_timeout(Duration::MAX);
+    let idem = Idempotency::builder(store)
+        .store_attempt_timeout(Duration::MAX)
+        .build();
+    for expected in [Outcome::Executed, Outcome::Replayed] {
+        let (_, outcome) = idem
+            .execute(&op(), &payload("max"), || async { Ok::<_, String>(1) })
+            .await
+            .unwrap();
+        assert_eq!(outcome, expected);
+    }
     table.drop_table().await;
 }

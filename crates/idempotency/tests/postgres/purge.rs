@@ -43,6 +43,11 @@ async fn purge_deletes_only_expired_rows_in_batches() {
             .await
             .unwrap();
     }
+    assert_eq!(
+        store.purge_expired_at(now, 0).await.unwrap(),
+        0,
+        "a limit of 0 deletes nothing"
+    );
     // Four expired and claimable: two per batch.
     assert_eq!(store.purge_expired_at(now, 2).await.unwrap(), 2);
     assert_eq!(store.purge_expired_at(now, 2).await.unwrap(), 2);
@@ -65,6 +70,7 @@ async fn purge_deletes_only_expired_rows_in_batches() {
         ]
     );
     assert_eq!(store.purge_expired(1000).await.unwrap(), 0);
+    assert_eq!(store.purge_expired(u32::MAX).await.unwrap(), 0);
     table.drop_table().await;
 }
 

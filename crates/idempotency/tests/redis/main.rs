@@ -369,3 +369,22 @@ async fn a_zero_request_timeout_is_refused_at_construction() {
         .unwrap_or_default();
     assert!(message.contains("must be more than zero"), "{message}");
 }
+
+/// The longest request timeout, `Duration::MAX`, bounds nothing and overflows nothing: a
+/// call runs and its duplicate is answered.
+#[tokio::test]
+async fn the_longest_request_timeout_works() {
+    let store = node("max-timeout").await.request_timeout(Duration::MAX);
+    let idem = Idempotency::builder(store.clone())
+        .store_attempt_timeout(Duration::MAX)
+        .build();
+    let op = Operation::new("max", KeyStrategy::field("id"));
+    for expected in [Outcome::Executed, Outcome::Replayed] {
+        let (_, outcome) = idem
+            .execute(&op, &json!({"id": "1"}), || async { Ok::<_, String>(1) })
+            .await
+            .unwrap();
+        assert_eq!(outcome, expected);
+    }
+    clean(&store).await;
+}

@@ -155,7 +155,7 @@ impl PostgresStore {
 
     async fn open_unbounded(&self) -> Result<Client, Error> {
         let config = &self.inner.config;
-        let connect_error = |e: tokio_postgres::Error| self.pg_error(e);
+        let connect_error = |e: tokio_postgres::Error| self.connect_error(e);
         let log_end = |result: Result<(), tokio_postgres::Error>| {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "postgres idempotency store connection ended");

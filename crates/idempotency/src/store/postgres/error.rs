@@ -123,6 +123,19 @@ impl PostgresStore {
         Error::store(BACKEND, is_retryable(&err), err)
     }
 
+    /// A failed connect: retryable as the driver's error is, naming the servers
+    /// (`host:port`, never the user or password); the driver's error is the source.
+    pub(super) fn connect_error(&self, err: tokio_postgres::Error) -> Error {
+        Error::store(
+            BACKEND,
+            is_retryable(&err),
+            ConnectError {
+                servers: self.servers(),
+                source: err,
+            },
+        )
+    }
+
     /// The servers of the configuration, `host:port` each.
     fn servers(&self) -> String {
         let c = &self.inner.config;
@@ -190,6 +203,30 @@ impl fmt::Display for TimedOut {
 }
 
 impl std::error::Error for TimedOut {}
+
+/// A connect that failed: names the servers, as the Redis store's does; the driver's
+/// error is the source.
+#[derive(Debug)]
+struct ConnectError {
+    servers: String,
+    source: tokio_postgres::Error,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot connect to PostgreSQL at {}: {}",
+            self.servers, self.source
+        )
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
 
 /// A missing table: names it and says how to create it.
 #[derive(Debug)]

@@ -222,8 +222,9 @@ impl PostgresStore {
     /// URL (`postgres://user:password@host:5432/db?sslmode=require`) or key-value string
     /// (`host=… user=… dbname=…`). Only parses: the connection is made on first use (or
     /// by [`ensure_connected`](Self::ensure_connected); [`connect`](Self::connect) does
-    /// both). A malformed URL or a table name with a NUL byte is a non-retryable
-    /// [`Error::Store`].
+    /// both). A malformed URL is a non-retryable [`Error::Store`]; a table name that
+    /// cannot work (empty, an empty part, a NUL byte, a part over 63 bytes) is
+    /// [`Error::InvalidName`] (`what`: `"table name"`).
     pub fn from_url(url: &str, table: impl Into<String>) -> Result<Self, Error> {
         let config: tokio_postgres::Config = url
             .parse()

@@ -1,7 +1,6 @@
 //! The table: its DDL (written once, for [`PostgresStore::create_table`], the module docs
 //! and the tests), its name's checks and quoting, and its index's name.
 
-use super::BACKEND;
 #[cfg(doc)]
 use super::PostgresStore;
 use crate::error::Error;
@@ -50,17 +49,25 @@ pub(super) struct Table {
 impl Table {
     /// Checks `name` (`table` or `schema.table`, split at the first dot): no part empty,
     /// no NUL, no part longer than PostgreSQL keeps (two long names differing after the
-    /// 63rd byte would share one table). A refused name is a non-retryable
-    /// [`Error::Store`].
+    /// 63rd byte would share one table). A refused name is [`Error::InvalidName`]
+    /// (`what`: `"table name"`), raised when the store is built.
     pub(super) fn new(name: String) -> Result<Self, Error> {
+        let invalid = |reason: String| Error::InvalidName {
+            what: "table name",
+            name: name.clone(),
+            reason,
+        };
         let empty_part = name
             .split_once('.')
             .is_some_and(|(a, b)| a.is_empty() || b.is_empty());
-        if name.is_empty() || name.contains('\0') || empty_part {
-            return Err(Error::store(
-                BACKEND,
-                false,
-                format!("invalid table name {name:?}"),
+        if name.is_empty() || empty_part {
+            return Err(invalid(
+                "it or a part of it is empty; write `table` or `schema.table`".into(),
+            ));
+        }
+        if name.contains('\0') {
+            return Err(invalid(
+                "it holds a NUL byte, which PostgreSQL identifiers cannot".into(),
             ));
         }
         let parts = match name.split_once('.') {
@@ -69,14 +76,10 @@ impl Table {
         };
         for (what, part) in parts {
             if part.len() > MAX_IDENTIFIER_BYTES {
-                return Err(Error::store(
-                    BACKEND,
-                    false,
-                    format!(
-                        "the {what} name {part:?} is {} bytes; PostgreSQL identifiers are at most {MAX_IDENTIFIER_BYTES} bytes (it cuts longer ones, so two long names could share one table)",
-                        part.len()
-                    ),
-                ));
+                return Err(invalid(format!(
+                    "the {what} name {part:?} is {} bytes; PostgreSQL identifiers are at most {MAX_IDENTIFIER_BYTES} bytes (it cuts longer ones, so two long names could share one table)",
+                    part.len()
+                )));
             }
         }
         let (quoted, index) = match name.split_once('.') {
@@ -141,13 +144,30 @@ mod tests {
 
     #[test]
     fn a_table_name_needs_both_parts() {
-        for bad in ["", "schema.", ".table", "t\0"] {
-            assert!(
-                PostgresStore::from_url("postgres://u@h/db", bad).is_err(),
-                "{bad:?} is refused"
-            );
+        let long = "t".repeat(64);
+        let long_schema = format!("{long}.t");
+        for (bad, says) in [
+            ("", "empty"),
+            ("schema.", "empty"),
+            (".table", "empty"),
+            ("t\0", "NUL"),
+            (&long, "64 bytes"),
+            (&long_schema, "schema name"),
+        ] {
+            match PostgresStore::from_url("postgres://u@h/db", bad) {
+                Err(
+                    e @ Error::InvalidName {
+                        what: "table name", ..
+                    },
+                ) => {
+                    let text = e.to_string();
+                    assert!(text.contains(says), "{bad:?}: {text}");
+                }
+                other => panic!("{bad:?} is refused as an invalid table name: {other:?}"),
+            }
         }
         assert!(PostgresStore::from_url("postgres://u@h/db", "s.t").is_ok());
+        assert!(PostgresStore::from_url("postgres://u@h/db", "t".repeat(63)).is_ok());
     }
 
     #[test]

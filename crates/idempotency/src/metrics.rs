@@ -77,6 +77,7 @@ pub(crate) fn outcome(function: &str, operation: &str, outcome: &'static str) {
 }
 
 /// Counts one failed batch record.
+#[cfg_attr(not(feature = "dynamodb-streams"), allow(dead_code))]
 pub(crate) fn batch_skipped(reason: &'static str) {
     #[cfg(feature = "metrics")]
     counter!(BATCH_SKIPPED, "reason" => reason).increment(1);

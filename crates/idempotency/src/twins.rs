@@ -159,6 +159,8 @@ struct Call {
     /// The batch record whose handler made this call, once the function failed and its
     /// twins wait for that record's failure class.
     failed_in: Option<usize>,
+    /// The batch records whose calls wait for this one.
+    waiting_records: Vec<usize>,
 }
 
 /// What [`InFlight::enter`] found.
@@ -199,12 +201,22 @@ impl InFlight {
     ) -> Entered {
         static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let key = (handle, id.to_owned());
+        let record = record_scope::current_id();
+        if let Some(scope) = record_scope::current() {
+            // The handler goes on after a call's function failed: that failure was not
+            // its record's answer, so its twins need not wait for the record's class (and
+            // two records that each wait for the other's next call never stall).
+            scope.settle_failures(None);
+        }
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(call) = calls.get(&key) {
+        if let Some(call) = calls.get_mut(&key) {
+            if let Some(record) = record {
+                call.waiting_records.push(record);
+            }
             let settled = match call.failed_in {
                 // The same record's handler calls it again after its function failed: it
                 // would wait for its own end. It fails as the first call did.
-                Some(record) if record_scope::current_id() == Some(record) => {
+                Some(failed_in) if record == Some(failed_in) => {
                     let failed = Settled::function_failed(
                         "it failed earlier in this record's handler".into(),
                         FailureKind::Error,
@@ -227,6 +239,7 @@ impl InFlight {
                 validation: validation.map(str::to_owned),
                 settled: settled.clone(),
                 failed_in: None,
+                waiting_records: Vec::new(),
             },
         );
         Entered::First(Running {
@@ -268,12 +281,22 @@ impl Running {
                     Err(ExecuteError::Function(e)) => format!("{e:#}").into(),
                     _ => unreachable!("only a function's failure has no settled form"),
                 };
-                match record_scope::current() {
-                    Some(record) => {
-                        self.entry(|call| call.failed_in = Some(record.id()));
-                        record.defer_failure(self, reason);
+                let Some(record) = record_scope::current() else {
+                    return self.settle(Settled::function_failed(reason, FailureKind::Error));
+                };
+                // A twin in the same record's handler would wait for its own record: it
+                // fails now, as a failure a redelivery may fix.
+                let mut waits_in_record = false;
+                self.entry(|call| {
+                    waits_in_record = call.waiting_records.contains(&record.id());
+                    if !waits_in_record {
+                        call.failed_in = Some(record.id());
                     }
-                    None => self.settle(Settled::function_failed(reason, FailureKind::Error)),
+                });
+                if waits_in_record {
+                    self.settle(Settled::function_failed(reason, FailureKind::Error));
+                } else {
+                    record.defer_failure(self, reason);
                 }
             }
         }

@@ -397,6 +397,18 @@ async fn every_identity_source_keeps_callers_apart_or_refuses_a_shared_value() {
             "role session",
         ),
         (
+            "REST: a web identity's default session name",
+            REST,
+            Box::new(|e| {
+                rest_iam(
+                    e,
+                    "arn:aws:sts::123456789012:assumed-role/WebRole/web-identity",
+                    None,
+                )
+            }),
+            "role session",
+        ),
+        (
             "REST: an API key alone",
             REST,
             Box::new(|e| {

@@ -190,7 +190,7 @@ mod authorizer {
         Nothing,
     }
 
-    const SHARED_ROLE_SESSION: &str = "the request is signed by an identity pool's shared role session (CognitoIdentityCredentials) and carries no Cognito identity";
+    const SHARED_ROLE_SESSION: &str = "the request is signed by a role session every web identity user shares (CognitoIdentityCredentials, web-identity) and carries no Cognito identity";
     const SHARED_API_KEY: &str =
         "an API key is the only identity in the request, and one key may serve many clients";
 
@@ -245,7 +245,10 @@ mod authorizer {
     /// An IAM caller's ARN, unless it is the session every identity pool user shares.
     fn iam(arn: Option<&str>) -> Option<Result<String, &'static str>> {
         let arn = arn.filter(|arn| !arn.is_empty())?;
-        if arn.contains(":assumed-role/") && arn.ends_with("/CognitoIdentityCredentials") {
+        // The session names SDKs give every user of a web identity alike.
+        if arn.contains(":assumed-role/")
+            && (arn.ends_with("/CognitoIdentityCredentials") || arn.ends_with("/web-identity"))
+        {
             return Some(Err(SHARED_ROLE_SESSION));
         }
         prefixed("iam", Some(arn)).map(Ok)

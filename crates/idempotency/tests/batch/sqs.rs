@@ -220,6 +220,60 @@ async fn a_twin_later_in_its_fifo_group_keeps_its_siblings_failure_and_does_not_
     }
 }
 
+/// A handler that calls the idempotent function for each key of `keys` in turn (or all at
+/// once), each call failing after 50 ms, and goes on past each failure.
+async fn failing_calls(
+    idempotency: &Idempotency,
+    keys: Vec<String>,
+    at_once: bool,
+) -> Result<(), String> {
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let call = |key: String| {
+        let op = op.clone();
+        async move {
+            let payload = json!({ "id": key });
+            idempotency
+                .execute(&op, &payload, || async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err::<(), _>("the provider failed".to_owned())
+                })
+                .await
+                .map(|_| ())
+        }
+    };
+    if at_once {
+        futures_util::future::join_all(keys.into_iter().map(call)).await;
+    } else {
+        for key in keys {
+            let _ = call(key).await;
+        }
+    }
+    Err("every call failed".into())
+}
+
+#[tokio::test]
+async fn twins_whose_failures_a_handler_goes_past_never_wait_for_each_other() {
+    // One record calling one key twice at once; two records each calling the other's key
+    // after its own failed: none waits for a record that waits for it.
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let same_record = records(&[("m1", r#"{"keys": ["k", "k"], "at_once": true}"#)]);
+    let crossed = records(&[
+        ("a", r#"{"keys": ["k1", "k2"], "at_once": false}"#),
+        ("b", r#"{"keys": ["k2", "k1"], "at_once": false}"#),
+    ]);
+    let sqs = SqsBatch::new();
+    for event in [same_record, crossed] {
+        let batch = sqs.report_json(event, |job: Value, _| {
+            let keys = serde_json::from_value(job["keys"].clone()).unwrap();
+            failing_calls(&idempotency, keys, job["at_once"] == true)
+        });
+        let report = tokio::time::timeout(Duration::from_secs(5), batch)
+            .await
+            .expect("no twin waits for its own record");
+        assert!(report.records.iter().all(|r| r.result.is_err()));
+    }
+}
+
 #[tokio::test]
 async fn twins_whose_key_is_in_progress_in_another_worker_are_both_handed_back() {
     // Two workers (two handles over one store) get the same batch at once: the first

@@ -81,20 +81,36 @@ impl RecordScope {
         }
     }
 
-    /// Emits the outcomes this attempt counted: it is the record's final one (an attempt
-    /// the batch runs again is dropped uncounted).
+    /// Emits the outcomes this attempt counted: it is the record's final one, or the
+    /// deadline cut it.
     pub(crate) fn flush_outcomes(&self) {
         #[cfg(feature = "metrics")]
         for (function, operation, outcome) in lock(&self.outcomes).drain(..) {
             crate::metrics::outcome(&function, &operation, outcome);
         }
     }
+
+    /// Hands this attempt's outcomes to `next`, the batch's next attempt at the record,
+    /// but for its `in_progress` ones: the record waited instead of being handed back.
+    pub(crate) fn carry_outcomes_into(&self, next: &RecordScope) {
+        #[cfg(feature = "metrics")]
+        {
+            let carried: Vec<_> = lock(&self.outcomes)
+                .drain(..)
+                .filter(|(_, _, outcome)| *outcome != "in_progress")
+                .collect();
+            lock(&next.outcomes).splice(0..0, carried);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = next;
+    }
 }
 
 impl Drop for RecordScope {
     /// A record cut off before its batch classified it (the deadline): its failed calls'
-    /// twins fail as after any function failure.
+    /// twins fail as after any function failure, and what its calls counted is emitted.
     fn drop(&mut self) {
         self.settle_failures(None);
+        self.flush_outcomes();
     }
 }

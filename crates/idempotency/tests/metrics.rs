@@ -11,7 +11,7 @@ use lambda_idempotency::metrics::{
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::{Claim, IdempotencyStore, StoreOp};
 use lambda_idempotency::{
-    Idempotency, KeyStrategy, KinesisBatch, MemoryStore, Operation, SqsBatch,
+    ExecuteError, Idempotency, KeyStrategy, KinesisBatch, MemoryStore, Operation, SqsBatch,
 };
 use lambda_runtime::{Context, LambdaEvent};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -285,10 +285,16 @@ fn a_stream_record_that_waited_out_a_lease_is_counted_once_by_its_final_answer()
                 .report_json(LambdaEvent::new(event, context), |job: Value, _| {
                     let (here, op) = (&here, &op);
                     async move {
-                        here.execute(op, &job, || async { Ok::<_, lambda_runtime::Error>(()) })
+                        // A call that runs before the wait: counted though its attempt is not.
+                        let first = json!({"id": "first"});
+                        let ok = || async { Ok::<_, lambda_runtime::Error>(()) };
+                        here.execute(op, &first, ok)
+                            .await
+                            .map_err(ExecuteError::into_inner)?;
+                        here.execute(op, &job, ok)
                             .await
                             .map(|(_, outcome)| outcome)
-                            .map_err(lambda_idempotency::ExecuteError::into_inner)
+                            .map_err(ExecuteError::into_inner)
                     }
                 })
                 .await
@@ -303,8 +309,13 @@ fn a_stream_record_that_waited_out_a_lease_is_counted_once_by_its_final_answer()
     });
     assert_eq!(
         outcomes(&all),
-        BTreeMap::from([("cancelled".into(), 1), ("took_over".into(), 1)]),
-        "the waiting record once, by its answer; the hanging call elsewhere as cancelled"
+        BTreeMap::from([
+            ("cancelled".into(), 1),
+            ("executed".into(), 1),
+            ("replayed".into(), 1),
+            ("took_over".into(), 1)
+        ]),
+        "the waiting call once, by its answer; the call before it each time it was made; the hanging call elsewhere as cancelled"
     );
 }
 

@@ -92,12 +92,15 @@ pub(super) async fn run_group<R, T, E, F, Fut>(
                     };
                     info!(item_id = %id_text, ?wait, "key in progress elsewhere: waiting for its lease, then running the record again");
                     tokio::time::sleep(wait).await;
+                    let earlier = attempt;
                     (result, attempt) = run_record(record.clone(), handler)
                         .instrument(span.clone())
                         .await;
+                    earlier.carry_outcomes_into(&attempt);
                     waits += 1;
                 }
-                // Counted once, by the attempt that gives the record its answer.
+                // Counted once: the attempt that gives the record its answer, with what
+                // the attempts before it ran (never their `in_progress`).
                 attempt.flush_outcomes();
                 result
             }

@@ -202,7 +202,11 @@ impl<T, R: BatchResponse> BatchReport<T, R> {
         let total = self.records.len() + self.skipped.len();
         let mut failed = 0;
         let mut first_reason = None;
-        for (index, record) in self.records.into_iter().enumerate() {
+        // The records that ran, by their place in the event (skipped ones run no report).
+        let mut skipped: Vec<usize> = self.skipped.iter().map(|s| s.index).collect();
+        skipped.sort_unstable();
+        let places = (0..).filter(|i| skipped.binary_search(i).is_err());
+        for (index, record) in places.zip(self.records) {
             if let Err(failure) = record.result {
                 match record.item_id {
                     Some(id) if !id.is_empty() => response.add_failure(id),
@@ -247,7 +251,7 @@ pub enum BatchError {
     },
     /// A failed record has no item id (message id, sequence number) to report it by.
     MissingItemId {
-        /// Its position in the batch.
+        /// Its position in the event.
         index: usize,
     },
 }

@@ -83,6 +83,8 @@ macro_rules! batch_setters {
             /// Fails the invocation when every record failed, instead of reporting each. Holds
             /// however the response is built: `run`, `run_json`, or
             /// [`BatchReport::into_response`](crate::BatchReport::into_response) on a report.
+            /// A record acknowledged without running (a DynamoDB Streams `REMOVE`) did not
+            /// fail: a batch that has one never fails whole.
             pub fn fail_invocation_when_all_fail(mut self, yes: bool) -> Self {
                 self.settings.fail_invocation_when_all_fail = yes;
                 self

@@ -723,6 +723,19 @@ async fn a_removal_is_acknowledged_without_running_unless_the_handler_asks_for_r
     );
     assert!(reported(report.into_response().unwrap()).is_empty());
 
+    // A failure without a sequence number is named by its place in the event.
+    let unnamed = dynamodb(vec![
+        change("200", "REMOVE", Value::Null, item("x")),
+        change("", "INSERT", item("fails"), Value::Null),
+    ]);
+    let response = DynamoDbStreamBatch::new()
+        .run_json(unnamed, |_: Value, _| async { Err::<(), _>("down") })
+        .await;
+    assert!(
+        matches!(response, Err(BatchError::MissingItemId { index: 1 })),
+        "{response:?}"
+    );
+
     // Every record a REMOVE: acknowledged, not "every record failed".
     let only_removals = dynamodb(vec![change("200", "REMOVE", Value::Null, item("x"))]);
     let response = DynamoDbStreamBatch::new()

@@ -55,6 +55,7 @@ async fn the_dynamodb_store_keeps_the_whole_contract() {
         store,
         async |op| table.inject(dynamo_op(op), "throttle", 1).await,
         12,
+        None,
     )
     .await;
 }

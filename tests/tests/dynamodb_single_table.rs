@@ -57,8 +57,13 @@ async fn whole_contract(emulator: Emulator, table: TestTable, store: DynamoDbSto
         .check_table()
         .await
         .unwrap_or_else(|e| panic!("{emulator:?}: {}", report(&e)));
-    conformance::run_whole_contract(store, async |op| table.refuse(operation_name(op), 1), 12)
-        .await;
+    conformance::run_whole_contract(
+        store,
+        async |op| table.refuse(operation_name(op), 1),
+        12,
+        None,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -14,6 +14,7 @@ async fn a_store_written_outside_the_crate_passes_the_whole_contract() {
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         20,
+        None,
     )
     .await;
 }

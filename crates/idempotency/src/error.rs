@@ -134,6 +134,26 @@ pub enum Error {
         /// [`PermanentError`](crate::PermanentError) is permanent, of a panic `Panicked`.
         kind: crate::FailureKind,
     },
+    /// The function's own writes were refused by the store, so nothing was written and
+    /// the record was not completed: a condition of one of its items failed (a DynamoDB
+    /// `ConditionCheck` or condition expression, a PostgreSQL constraint or a statement
+    /// that changed other than the rows it expected). The claim is released; a later
+    /// delivery runs the function again.
+    WritesRefused {
+        /// The stored idempotency id.
+        key: String,
+        /// Which write, and why (never its values).
+        reason: String,
+    },
+    /// The function returned writes of a type its store cannot commit with a completion
+    /// (another store's writes, or a store without writes: Redis). Nothing was written; the
+    /// claim is released. A deployment mistake: fixing the code heals it.
+    WritesUnsupported {
+        /// The store's name.
+        store: &'static str,
+        /// The store the writes were built for.
+        writes: &'static str,
+    },
     /// The record kept changing between the conditional write and the read that followed.
     InconsistentState {
         /// The stored idempotency id.
@@ -161,7 +181,8 @@ impl Error {
         match self {
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
-            | Error::InconsistentState { .. } => true,
+            | Error::InconsistentState { .. }
+            | Error::WritesRefused { .. } => true,
             Error::Store { retryable, .. } | Error::TwinFailed { retryable, .. } => *retryable,
             _ => false,
         }
@@ -187,6 +208,8 @@ impl Error {
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
+            | Error::WritesRefused { .. }
+            | Error::WritesUnsupported { .. }
             | Error::Store { .. } => false,
         }
     }
@@ -273,6 +296,14 @@ impl fmt::Display for Error {
             Error::TwinFailed { key, reason, .. } => write!(
                 f,
                 "a twin of this record with idempotency key {key:?} ran in the same batch and failed: {reason}"
+            ),
+            Error::WritesRefused { key, reason } => write!(
+                f,
+                "the store refused the function's writes for idempotency key {key:?}, so neither they nor the result were stored: {reason}"
+            ),
+            Error::WritesUnsupported { store, writes } => write!(
+                f,
+                "the {store} store cannot commit writes built for {writes} with a completion; nothing was written"
             ),
             Error::InconsistentState { key, attempts } => write!(
                 f,

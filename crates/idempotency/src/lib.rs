@@ -91,6 +91,7 @@ mod record;
 mod record_scope;
 pub mod store;
 mod twins;
+mod writes;
 
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
@@ -122,3 +123,4 @@ pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::RedisStore;
+pub use writes::WithWrites;

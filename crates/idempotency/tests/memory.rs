@@ -5,6 +5,7 @@
 //! `MODEL_SEED=s` replays one).
 
 use lambda_idempotency::store::conformance;
+use lambda_idempotency::store::conformance::writes::MemoryKit;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::{Error, Idempotency, KeyStrategy, MemoryStore, Operation};
 use serde_json::json;
@@ -13,10 +14,12 @@ use serde_json::json;
 async fn the_memory_store_keeps_the_whole_contract() {
     let store = FaultyStore::new(MemoryStore::new());
     let faults = store.clone();
+    let kit_store = store.inner().clone();
     conformance::run_whole_contract(
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         300,
+        Some(&MemoryKit(kit_store)),
     )
     .await;
 }

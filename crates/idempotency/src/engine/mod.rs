@@ -15,6 +15,7 @@ use crate::lease;
 use crate::operation::Outcome;
 use crate::record::{Claim, Record, Status, new_lease_token};
 use crate::store::{ClaimOutcome, IdempotencyStore};
+use crate::writes::Writes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -165,15 +166,15 @@ impl Engine {
         &self,
         claim: &Claim,
         cutoff: SystemTime,
-        result: Result<T, E>,
+        result: Result<(T, Option<Writes>), E>,
         took_over: bool,
     ) -> Result<(T, Outcome), ExecuteError<E>>
     where
         T: Serialize,
         E: fmt::Display,
     {
-        let value = match result {
-            Ok(value) => value,
+        let (value, writes) = match result {
+            Ok(answer) => answer,
             Err(err) => {
                 self.release(claim, cutoff, &format!("the function failed: {err}"))
                     .await;
@@ -211,9 +212,12 @@ impl Engine {
         let store = &self.store;
         // The result is already paid for: retry for as long as the lease allows. A retry
         // after a lost answer finds the record completed with its own token and succeeds.
+        // With writes, a retry after a lost answer finds the record completed with its own
+        // token and applies nothing again: each store's `complete_with` keeps that promise.
         let completed = self
-            .retry(cutoff, u32::MAX, "complete", || {
-                store.complete(claim, stored, expiration)
+            .retry(cutoff, u32::MAX, "complete", || match &writes {
+                Some(writes) => store.complete_with(claim, stored, expiration, writes),
+                None => store.complete(claim, stored, expiration),
             })
             .await;
         match completed {
@@ -246,6 +250,19 @@ impl Engine {
             Err(Error::LeaseLost { key }) => {
                 warn!("lease lost before completion: another worker took the record over");
                 Err(ExecuteError::Idempotency(Error::LeaseLost { key }))
+            }
+            Err(err @ (Error::WritesRefused { .. } | Error::WritesUnsupported { .. })) => {
+                // The function's own writes cannot be made: nothing was written, and a
+                // later delivery runs it again.
+                self.release(claim, cutoff, "its writes were refused").await;
+                Err(ExecuteError::Idempotency(err))
+            }
+            Err(err) if writes.is_some() => {
+                // Its writes are not known to be made: never answer as if they were. The
+                // record stays in progress until its lease ends; a later delivery finds it
+                // completed (the writes were made) or takes it over and runs again.
+                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "the function ran but its writes and result could not be committed; the message must come again");
+                Err(ExecuteError::Idempotency(err))
             }
             Err(err) => {
                 error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "RESULT LOST: the function ran but its result could not be stored; the record stays in progress until its lease ends, and a later delivery will run the function again");

@@ -277,6 +277,7 @@ where
             *ran_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
             Ok(stored)
         };
+        let run = move || async move { run().await.map(|stored| (stored, None)) };
         let execute = idempotency.execute_observed(&s.operation, &payload, deadline, false, run);
         let result = match (&s.in_flight, give_up_at) {
             // A twin in this process is joined in memory, until the wait's one bound.

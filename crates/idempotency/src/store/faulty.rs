@@ -1,7 +1,7 @@
 //! A wrapper that injects faults into any store and counts its requests: the faults that
 //! matter for a conditional-write protocol are the ones between the store and its caller.
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp};
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp, Writes};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use std::collections::{HashMap, VecDeque};
@@ -196,6 +196,22 @@ impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> 
         let (claim, data) = (claim.clone(), data.map(str::to_owned));
         Box::pin(self.call(StoreOp::Complete, move |store| async move {
             store.complete(&claim, data.as_deref(), expiration).await
+        }))
+    }
+
+    /// Counted and faulted as a completion ([`StoreOp::Complete`]).
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let (claim, data, writes) = (claim.clone(), data.map(str::to_owned), writes.clone());
+        Box::pin(self.call(StoreOp::Complete, move |store| async move {
+            store
+                .complete_with(&claim, data.as_deref(), expiration, &writes)
+                .await
         }))
     }
 

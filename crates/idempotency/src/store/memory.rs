@@ -6,10 +6,11 @@
 //! survives the process: use it for local runs and tests, not for a deployed function
 //! (each Lambda execution environment would have its own).
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore};
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreWrites, Writes};
 use crate::error::Error;
 use crate::record::{Claim, Record, Status};
-use std::collections::HashMap;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -30,6 +31,8 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     records: Mutex<HashMap<String, Record>>,
+    /// The function's own tables ([`MemoryWrites`]). Locked after `records`, always.
+    tables: Mutex<HashMap<String, BTreeMap<String, Value>>>,
 }
 
 impl MemoryStore {
@@ -51,6 +54,16 @@ impl MemoryStore {
     /// A copy of the record with this id.
     pub fn record(&self, id: &str) -> Option<Record> {
         self.records().get(id).cloned()
+    }
+
+    /// A copy of the table `name` that [`MemoryWrites`] wrote (empty if none).
+    pub fn table(&self, name: &str) -> BTreeMap<String, Value> {
+        let _records = self.records();
+        self.tables().get(name).cloned().unwrap_or_default()
+    }
+
+    fn tables(&self) -> MutexGuard<'_, HashMap<String, BTreeMap<String, Value>>> {
+        self.inner.tables.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
@@ -90,6 +103,68 @@ impl MemoryStore {
         }
     }
 
+    /// The completion and `writes` under one lock: all or nothing.
+    fn complete_with_now(
+        &self,
+        claim: &Claim,
+        data: Option<&str>,
+        expiration: SystemTime,
+        writes: &Writes,
+    ) -> Result<(), Error> {
+        let Some(writes) = writes.downcast_ref::<MemoryWrites>() else {
+            return Err(Error::WritesUnsupported {
+                store: "memory",
+                writes: writes.store(),
+            });
+        };
+        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
+        let mut records = self.records();
+        let record = match records.get_mut(id) {
+            Some(r) if r.lease_token.as_deref() == Some(token) => r,
+            _ => return Err(Error::LeaseLost { key: id.to_owned() }),
+        };
+        if record.status == Status::Completed {
+            // An earlier attempt was applied and its answer lost: written already.
+            return Ok(());
+        }
+        let mut tables = self.tables();
+        for (i, write) in writes.0.iter().enumerate() {
+            let current = tables.get(write.table()).and_then(|t| t.get(write.key()));
+            let holds = match write {
+                MemoryWrite::PutNew { .. } => current.is_none(),
+                MemoryWrite::Expect { value, .. } => current == value.as_ref(),
+                MemoryWrite::Put { .. } | MemoryWrite::Delete { .. } => true,
+            };
+            if !holds {
+                return Err(Error::WritesRefused {
+                    key: id.to_owned(),
+                    reason: format!(
+                        "write {i} ({} {:?} in table {:?}): its condition does not hold",
+                        write.verb(),
+                        write.key(),
+                        write.table()
+                    ),
+                });
+            }
+        }
+        for write in &writes.0 {
+            let table = tables.entry(write.table().to_owned()).or_default();
+            match write {
+                MemoryWrite::Put { key, value, .. } | MemoryWrite::PutNew { key, value, .. } => {
+                    table.insert(key.clone(), value.clone());
+                }
+                MemoryWrite::Delete { key, .. } => {
+                    table.remove(key);
+                }
+                MemoryWrite::Expect { .. } => {}
+            }
+        }
+        record.status = Status::Completed;
+        record.data = data.map(str::to_owned);
+        record.expiration = expiration;
+        Ok(())
+    }
+
     fn release_now(&self, claim: &Claim) -> Result<(), Error> {
         let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         let mut records = self.records();
@@ -121,11 +196,135 @@ impl IdempotencyStore for MemoryStore {
         Box::pin(async move { self.complete_now(claim, data, expiration) })
     }
 
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.complete_with_now(claim, data, expiration, writes) })
+    }
+
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move { self.release_now(claim) })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(async move { Ok(self.record(id)) })
+    }
+}
+
+/// Writes to the in-memory store's own tables ([`MemoryStore::table`]), committed with a
+/// completion under the store's one lock: the in-memory form of a transaction, for tests
+/// and local runs of code that persists its answer with
+/// [`execute_committing`](crate::Idempotency::execute_committing). A condition that does
+/// not hold refuses them all ([`Error::WritesRefused`]).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryWrites(Vec<MemoryWrite>);
+
+#[derive(Debug, Clone)]
+enum MemoryWrite {
+    Put {
+        table: String,
+        key: String,
+        value: Value,
+    },
+    PutNew {
+        table: String,
+        key: String,
+        value: Value,
+    },
+    Delete {
+        table: String,
+        key: String,
+    },
+    Expect {
+        table: String,
+        key: String,
+        value: Option<Value>,
+    },
+}
+
+impl MemoryWrite {
+    fn table(&self) -> &str {
+        match self {
+            MemoryWrite::Put { table, .. }
+            | MemoryWrite::PutNew { table, .. }
+            | MemoryWrite::Delete { table, .. }
+            | MemoryWrite::Expect { table, .. } => table,
+        }
+    }
+
+    fn key(&self) -> &str {
+        match self {
+            MemoryWrite::Put { key, .. }
+            | MemoryWrite::PutNew { key, .. }
+            | MemoryWrite::Delete { key, .. }
+            | MemoryWrite::Expect { key, .. } => key,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            MemoryWrite::Put { .. } => "put",
+            MemoryWrite::PutNew { .. } => "put_new",
+            MemoryWrite::Delete { .. } => "delete",
+            MemoryWrite::Expect { .. } => "expect",
+        }
+    }
+}
+
+impl MemoryWrites {
+    /// No writes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` of `table` to `value`.
+    pub fn put(mut self, table: &str, key: &str, value: Value) -> Self {
+        self.0.push(MemoryWrite::Put {
+            table: table.into(),
+            key: key.into(),
+            value,
+        });
+        self
+    }
+
+    /// Sets `key` of `table` to `value`, on condition that it has none.
+    pub fn put_new(mut self, table: &str, key: &str, value: Value) -> Self {
+        self.0.push(MemoryWrite::PutNew {
+            table: table.into(),
+            key: key.into(),
+            value,
+        });
+        self
+    }
+
+    /// Removes `key` from `table`.
+    pub fn delete(mut self, table: &str, key: &str) -> Self {
+        self.0.push(MemoryWrite::Delete {
+            table: table.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Writes nothing, on condition that `key` of `table` holds `value` (`None`: nothing).
+    pub fn expect(mut self, table: &str, key: &str, value: Option<Value>) -> Self {
+        self.0.push(MemoryWrite::Expect {
+            table: table.into(),
+            key: key.into(),
+            value,
+        });
+        self
+    }
+}
+
+impl StoreWrites for MemoryWrites {
+    const STORE: &'static str = "memory";
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }

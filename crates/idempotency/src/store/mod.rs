@@ -8,6 +8,7 @@
 //! evaluates conditions atomically.
 
 use crate::error::Error;
+pub use crate::writes::{StoreWrites, Writes};
 
 pub use crate::record::{
     Claim, Record, Status, UnknownStatus, epoch_millis, epoch_secs, from_epoch_millis,
@@ -167,6 +168,31 @@ pub trait IdempotencyStore: Send + Sync + Debug {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>>;
 
+    /// [`complete`](Self::complete), with `writes` (the function's own) applied in the
+    /// same atomic step: all of them and the completion, or nothing. Fenced by the claim's
+    /// token as `complete` is (nothing is written when it no longer holds:
+    /// [`Error::LeaseLost`]). A write whose own condition fails is
+    /// [`Error::WritesRefused`], and nothing is written. May be repeated after a lost
+    /// answer: a record already completed with the claim's token is success, and the
+    /// writes are not applied again. A store without writes of its own (the default)
+    /// refuses them all ([`Error::WritesUnsupported`]): it never writes them apart from its
+    /// record.
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (claim, data, expiration);
+        Box::pin(async move {
+            Err(Error::WritesUnsupported {
+                store: self.name(),
+                writes: writes.store(),
+            })
+        })
+    }
+
     /// Deletes `claim`'s record, if it still holds the claim's token, so the next delivery
     /// can run the function again.
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>>;
@@ -192,6 +218,15 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
         (**self).complete(claim, data, expiration)
+    }
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        (**self).complete_with(claim, data, expiration, writes)
     }
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
         (**self).release(claim)

@@ -207,6 +207,7 @@ async fn the_postgres_store_keeps_the_whole_contract() {
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         12,
+        None,
     )
     .await;
     table.drop_table().await;
@@ -223,6 +224,7 @@ async fn the_postgres_store_keeps_the_whole_contract_without_prepared_statements
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         4,
+        None,
     )
     .await;
     table.drop_table().await;
@@ -283,6 +285,7 @@ async fn the_postgres_store_keeps_the_whole_contract_across_connections() {
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         4,
+        None,
     )
     .await;
     for _ in 0..10 {

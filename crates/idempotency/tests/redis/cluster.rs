@@ -23,6 +23,7 @@ async fn the_redis_cluster_keeps_the_whole_contract() {
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         6,
+        None,
     )
     .await;
 }

@@ -67,6 +67,7 @@ async fn the_redis_node_keeps_the_whole_contract() {
         store.clone(),
         async |_op| kill(&admin, client_id(&killed).await).await,
         12,
+        None,
     )
     .await;
     clean(&store).await;

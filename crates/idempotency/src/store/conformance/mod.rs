@@ -17,10 +17,12 @@
 //! use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 //! let store = FaultyStore::new(MemoryStore::new());
 //! let faults = store.clone();
+//! let kit = conformance::writes::MemoryKit(store.inner().clone());
 //! conformance::run_whole_contract(
 //!     store,
 //!     async |op| faults.inject(op, Fault::Unavailable, 1),
 //!     2,
+//!     Some(&kit),
 //! )
 //! .await;
 //! # }
@@ -29,6 +31,7 @@
 pub mod engine;
 pub mod model;
 mod support;
+pub mod writes;
 
 pub use support::claim_at;
 use support::{Key, now_ms, op_name, unique};
@@ -46,12 +49,21 @@ use std::time::Duration;
 /// `inject_failure(op)` must make the next call of `op` on `store` fail as a throttled
 /// backend does (a [`FaultyStore`](super::faulty::FaultyStore) around the store, the
 /// backend's own fault injection, or a connection the server drops).
-pub async fn run_whole_contract<S>(store: S, inject_failure: impl AsyncFn(StoreOp), histories: u64)
-where
+///
+/// `writes` is how the store's own writes are built and read back
+/// ([`writes::WritesKit`]), for a store that commits them with a completion; `None` for a
+/// store that does not, which the suite then checks refuses them ([`writes::run_all`]).
+pub async fn run_whole_contract<S>(
+    store: S,
+    inject_failure: impl AsyncFn(StoreOp),
+    histories: u64,
+    writes: Option<&dyn writes::WritesKit>,
+) where
     S: IdempotencyStore + Clone + 'static,
 {
     run_all(&store, inject_failure).await;
     engine::run_all(store.clone()).await;
+    self::writes::run_all(store.clone(), writes).await;
     model::run_all(store, histories).await;
 }
 

@@ -1,0 +1,347 @@
+//! The function's own writes committed with the completion
+//! ([`IdempotencyStore::complete_with`]): all or nothing, fenced by the lease, applied once
+//! however often the completion is retried, and, through the engine, under every store
+//! fault. A store without writes must refuse them, never write them apart from its record.
+
+use super::support::{Key, claim_at, lease, now_ms, op_name};
+use crate::error::{Error, ExecuteError};
+use crate::handle::Idempotency;
+use crate::key::KeyStrategy;
+use crate::operation::{Operation, Outcome};
+use crate::record::Status;
+use crate::store::faulty::{Fault, FaultyStore};
+use crate::store::memory::MemoryWrites;
+use crate::store::{BoxFuture, IdempotencyStore, StoreOp, Writes};
+use crate::writes::WithWrites;
+use serde_json::json;
+use std::time::Duration;
+
+/// One write the suite asks a store to make, in the store's own form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KitWrite {
+    /// Sets `key` to `value`.
+    Put(String, String),
+    /// Sets `key` to `value` on condition that it has none: refused otherwise.
+    PutNew(String, String),
+}
+
+/// How the suite builds a store's writes and reads them back: a backend whose store
+/// commits writes gives one to [`run_whole_contract`](super::run_whole_contract).
+pub trait WritesKit: Send + Sync {
+    /// `writes`, in the store's form ([`Writes::new`] of its writes type), in order.
+    fn writes(&self, writes: &[KitWrite]) -> Writes;
+
+    /// The value the store holds under `key`, if any.
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>>;
+}
+
+/// The in-memory store's kit: a table of its own.
+#[derive(Debug, Clone)]
+pub struct MemoryKit(pub crate::MemoryStore);
+
+impl WritesKit for MemoryKit {
+    fn writes(&self, writes: &[KitWrite]) -> Writes {
+        Writes::new(
+            writes
+                .iter()
+                .fold(MemoryWrites::new(), |w, write| match write {
+                    KitWrite::Put(k, v) => w.put("conformance", k, json!(v)),
+                    KitWrite::PutNew(k, v) => w.put_new("conformance", k, json!(v)),
+                }),
+        )
+    }
+
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>> {
+        let value = self.0.table("conformance").get(key).cloned();
+        Box::pin(async move { value.and_then(|v| v.as_str().map(str::to_owned)) })
+    }
+}
+
+/// Runs every check below: the writes contract with `kit`, or, for a store without
+/// writes (`None`), that it refuses them.
+pub async fn run_all<S>(store: S, kit: Option<&dyn WritesKit>)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    let Some(kit) = kit else {
+        refused_without_writes(store).await;
+        return;
+    };
+    committed_with_the_completion(&store, kit).await;
+    fenced_by_the_lease(&store, kit).await;
+    applied_once_however_often_retried(&store, kit).await;
+    a_refused_write_writes_nothing(&store, kit).await;
+    engine_under_faults(store, kit).await;
+}
+
+fn unique_key(name: &str) -> String {
+    format!("{}-{:016x}", name, fastrand::u64(..))
+}
+
+/// The record completes with its result, and the writes are there.
+pub async fn committed_with_the_completion(store: &dyn IdempotencyStore, kit: &dyn WritesKit) {
+    let key = Key::new(store, "writes_committed");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(30), "t1", "a free key is claimed")
+        .await;
+    let (a, b) = (unique_key("a"), unique_key("b"));
+    let writes = kit.writes(&[
+        KitWrite::Put(a.clone(), "1".into()),
+        KitWrite::PutNew(b.clone(), "2".into()),
+    ]);
+    store
+        .complete_with(&lease(&key.id, "t1"), Some("\"r\""), now, &writes)
+        .await
+        .expect("a completion with writes on a held lease succeeds");
+    let record = key.get().await.expect("the record stays");
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.data.as_deref(), Some("\"r\""));
+    assert_eq!(kit.read(&a).await.as_deref(), Some("1"));
+    assert_eq!(kit.read(&b).await.as_deref(), Some("2"));
+}
+
+/// A completion whose lease was taken over writes nothing.
+pub async fn fenced_by_the_lease(store: &dyn IdempotencyStore, kit: &dyn WritesKit) {
+    let key = Key::new(store, "writes_fenced");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(1), "old", "a free key is claimed")
+        .await;
+    let later = now + Duration::from_secs(2);
+    key.claimed(
+        later,
+        Duration::from_secs(30),
+        "new",
+        "a passed lease is taken over",
+    )
+    .await;
+    let a = unique_key("fenced");
+    let writes = kit.writes(&[KitWrite::Put(a.clone(), "stale".into())]);
+    let answer = store
+        .complete_with(&lease(&key.id, "old"), Some("\"stale\""), later, &writes)
+        .await;
+    assert!(
+        matches!(answer, Err(Error::LeaseLost { .. })),
+        "a lost lease refuses the writes, got {answer:?}"
+    );
+    assert_eq!(kit.read(&a).await, None, "nothing written");
+    let record = key.get().await.expect("the new owner's record stays");
+    assert_eq!(
+        (record.status, record.lease_token.as_deref()),
+        (Status::InProgress, Some("new"))
+    );
+}
+
+/// A completion repeated after a lost answer succeeds and applies nothing again (a
+/// condition on a write would refuse a second application).
+pub async fn applied_once_however_often_retried(store: &dyn IdempotencyStore, kit: &dyn WritesKit) {
+    let key = Key::new(store, "writes_retried");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(30), "t1", "a free key is claimed")
+        .await;
+    let a = unique_key("once");
+    let writes = kit.writes(&[KitWrite::PutNew(a.clone(), "1".into())]);
+    for attempt in 1..=2 {
+        store
+            .complete_with(&lease(&key.id, "t1"), Some("1"), now, &writes)
+            .await
+            .unwrap_or_else(|e| panic!("completion attempt {attempt} must succeed, got {e:?}"));
+    }
+    assert_eq!(kit.read(&a).await.as_deref(), Some("1"));
+}
+
+/// A write whose condition fails refuses them all: nothing written, the record unchanged.
+pub async fn a_refused_write_writes_nothing(store: &dyn IdempotencyStore, kit: &dyn WritesKit) {
+    let (taken, other) = (unique_key("taken"), unique_key("other"));
+    let first = Key::new(store, "writes_first");
+    let now = now_ms();
+    first
+        .claimed(now, Duration::from_secs(30), "t1", "a free key is claimed")
+        .await;
+    let writes = kit.writes(&[KitWrite::Put(taken.clone(), "first".into())]);
+    store
+        .complete_with(&lease(&first.id, "t1"), None, now, &writes)
+        .await
+        .unwrap();
+    let key = Key::new(store, "writes_refused");
+    key.claimed(now, Duration::from_secs(30), "t2", "a free key is claimed")
+        .await;
+    let writes = kit.writes(&[
+        KitWrite::Put(other.clone(), "x".into()),
+        KitWrite::PutNew(taken.clone(), "second".into()),
+    ]);
+    let answer = store
+        .complete_with(&lease(&key.id, "t2"), Some("1"), now, &writes)
+        .await;
+    assert!(
+        matches!(answer, Err(Error::WritesRefused { .. })),
+        "a failed condition refuses the writes, got {answer:?}"
+    );
+    assert_eq!(
+        kit.read(&other).await,
+        None,
+        "no write of the refused set is made"
+    );
+    assert_eq!(kit.read(&taken).await.as_deref(), Some("first"));
+    let record = key.get().await.expect("the claim stays");
+    assert_eq!(record.status, Status::InProgress, "not completed");
+}
+
+/// A store without writes refuses them: no record changes, nothing written apart from it.
+pub async fn refused_without_writes<S: IdempotencyStore + Clone + 'static>(store: S) {
+    let key = Key::new(&store, "writes_unsupported");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(30), "t1", "a free key is claimed")
+        .await;
+    let writes = Writes::new(MemoryWrites::new().put("t", "k", json!(1)));
+    let answer = store
+        .complete_with(&lease(&key.id, "t1"), Some("1"), now, &writes)
+        .await;
+    assert!(
+        matches!(answer, Err(Error::WritesUnsupported { .. })),
+        "a store without writes refuses them, got {answer:?}"
+    );
+    let record = key.get().await.expect("the claim stays");
+    assert_eq!(record.status, Status::InProgress);
+    // Through the engine: refused, the claim released, so the next delivery runs.
+    let idempotency = Idempotency::new(store.clone());
+    if idempotency.check_writes::<MemoryWrites>().is_ok() {
+        return;
+    }
+    let op = Operation::new(op_name("writes_unsupported"), KeyStrategy::field("id"));
+    let payload = json!({"id": "k"});
+    let answer = idempotency
+        .execute_committing(&op, &payload, || async {
+            Ok::<_, Error>(WithWrites::new(
+                1,
+                MemoryWrites::new().put("t", "k", json!(1)),
+            ))
+        })
+        .await;
+    assert!(
+        matches!(
+            answer,
+            Err(ExecuteError::Idempotency(Error::WritesUnsupported { .. }))
+        ),
+        "{answer:?}"
+    );
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    assert_eq!(store.get(&id).await.unwrap(), None, "the claim is released");
+}
+
+/// Through the engine, with the store behind the fault wrapper: an answer lost writes
+/// once; a completion that hangs past the lease's cutoff is an error, never a success, and
+/// writes nothing; a lease lost before the commit writes nothing; a refused write releases
+/// the claim; a store that refuses the transaction is an error.
+pub async fn engine_under_faults<S>(store: S, kit: &dyn WritesKit)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    let faulty = FaultyStore::new(store.clone());
+    // The engine's clock follows tokio's, so the lease's cutoff comes on a paused clock too.
+    let idempotency = Idempotency::builder(faulty.clone())
+        .clock(crate::clock::TestClock::new(now_ms()))
+        .lease(Duration::from_secs(2))
+        .store_attempt_timeout(Duration::from_millis(200))
+        .build();
+    let op = Operation::new(op_name("writes_faults"), KeyStrategy::field("id"));
+    let run = |payload: serde_json::Value, writes: Vec<KitWrite>| {
+        let (idempotency, op) = (&idempotency, &op);
+        async move {
+            idempotency
+                .execute_writing(op, &payload, || async {
+                    Ok::<_, Error>(("done".to_string(), Some(kit.writes(&writes))))
+                })
+                .await
+        }
+    };
+
+    // The answer lost: retried, written once, the record completed.
+    let a = unique_key("lost");
+    faulty.inject(StoreOp::Complete, Fault::AnswerLost, 1);
+    let payload = json!({"id": unique_key("k")});
+    let answer = run(
+        payload.clone(),
+        vec![KitWrite::PutNew(a.clone(), "1".into())],
+    )
+    .await;
+    assert!(
+        matches!(answer, Ok((_, Outcome::Executed))),
+        "a lost answer is retried and finds its own completion, got {answer:?}"
+    );
+    assert_eq!(kit.read(&a).await.as_deref(), Some("1"));
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    let record = store.get(&id).await.unwrap().expect("completed");
+    assert_eq!(record.status, Status::Completed);
+
+    // Every completion hangs until the lease's cutoff: an error, nothing written.
+    let h = unique_key("hang");
+    faulty.inject(StoreOp::Complete, Fault::Hang, 100);
+    let payload = json!({"id": unique_key("k")});
+    let answer = run(payload.clone(), vec![KitWrite::Put(h.clone(), "1".into())]).await;
+    faulty.clear_faults();
+    assert!(
+        answer.is_err(),
+        "a commit whose outcome is unknown is never a success, got {answer:?}"
+    );
+    assert_eq!(kit.read(&h).await, None);
+
+    // The lease taken over while the function ran: nothing written.
+    let l = unique_key("lease");
+    let payload = json!({"id": unique_key("k")});
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    let store_ref = &store;
+    let answer = idempotency
+        .execute_writing(&op, &payload, || async {
+            let later = now_ms() + Duration::from_secs(60);
+            store_ref
+                .claim(&claim_at(&id, later, Duration::from_secs(30), "thief"))
+                .await
+                .expect("the passed lease is taken over");
+            Ok::<_, Error>((1, Some(kit.writes(&[KitWrite::Put(l.clone(), "1".into())]))))
+        })
+        .await;
+    assert!(
+        matches!(
+            answer,
+            Err(ExecuteError::Idempotency(Error::LeaseLost { .. }))
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(
+        kit.read(&l).await,
+        None,
+        "a worker that lost its lease writes nothing"
+    );
+
+    // A refused write: the function's own failure, the claim released.
+    let taken = unique_key("taken");
+    run(
+        json!({"id": unique_key("k")}),
+        vec![KitWrite::Put(taken.clone(), "1".into())],
+    )
+    .await
+    .unwrap();
+    let payload = json!({"id": unique_key("k")});
+    let answer = run(payload.clone(), vec![KitWrite::PutNew(taken, "2".into())]).await;
+    assert!(
+        matches!(
+            answer,
+            Err(ExecuteError::Idempotency(Error::WritesRefused { .. }))
+        ),
+        "{answer:?}"
+    );
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    assert_eq!(store.get(&id).await.unwrap(), None, "the claim is released");
+
+    // A store that refuses the transaction: an error, nothing written.
+    let r = unique_key("rejected");
+    faulty.inject(StoreOp::Complete, Fault::Rejected, 1);
+    let answer = run(
+        json!({"id": unique_key("k")}),
+        vec![KitWrite::Put(r.clone(), "1".into())],
+    )
+    .await;
+    assert!(answer.is_err(), "{answer:?}");
+    assert_eq!(kit.read(&r).await, None);
+}

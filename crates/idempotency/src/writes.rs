@@ -1,0 +1,76 @@
+//! The function's own writes, committed in the same atomic step as its record's completion:
+//! the answer persisted and the record completed can never disagree. Each store that can
+//! do this has its own writes type ([`MemoryWrites`](crate::store::memory::MemoryWrites),
+//! `PostgresWrites`, `DynamoDbWrites`); a store without one (Redis) has none to build, and a
+//! store given another store's writes refuses them.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+/// A store's writes type: what [`Idempotency::execute_committing`](crate::Idempotency::execute_committing)
+/// accepts. Implemented by the writes type of each store that commits writes with a
+/// completion.
+pub trait StoreWrites: Send + Sync + 'static {
+    /// The store that applies these writes ([`IdempotencyStore::name`](crate::store::IdempotencyStore::name)).
+    const STORE: &'static str;
+
+    /// Whether there is nothing to write (the completion alone is then a plain completion).
+    fn is_empty(&self) -> bool;
+}
+
+/// A function's result, with the writes that commit in the same atomic step as its record.
+/// The result is stored and replayed as any result; the writes are applied once, with the
+/// completion, or not at all (the lease was lost: [`Error::LeaseLost`](crate::Error::LeaseLost)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WithWrites<T, W> {
+    /// The function's result.
+    pub value: T,
+    /// The writes.
+    pub writes: W,
+}
+
+impl<T, W> WithWrites<T, W> {
+    /// `value`, committed with `writes`.
+    pub fn new(value: T, writes: W) -> Self {
+        Self { value, writes }
+    }
+}
+
+/// Writes of some store's type, as a store receives them: it reads its own type with
+/// [`downcast_ref`](Self::downcast_ref) and refuses any other. Cheap to clone (a store may
+/// need them again to retry).
+#[derive(Clone)]
+pub struct Writes {
+    inner: Arc<dyn Any + Send + Sync>,
+    store: &'static str,
+}
+
+impl Writes {
+    /// `writes`, for the store named `W::STORE`.
+    pub fn new<W: StoreWrites>(writes: W) -> Self {
+        Self {
+            inner: Arc::new(writes),
+            store: W::STORE,
+        }
+    }
+
+    /// The writes, if they are of type `W`.
+    pub fn downcast_ref<W: StoreWrites>(&self) -> Option<&W> {
+        self.inner.downcast_ref()
+    }
+
+    /// The store these writes are for.
+    pub fn store(&self) -> &'static str {
+        self.store
+    }
+}
+
+impl fmt::Debug for Writes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writes")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}

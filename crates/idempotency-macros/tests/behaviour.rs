@@ -3,6 +3,7 @@
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::StoreOp;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -205,4 +206,54 @@ async fn a_field_list_constant_is_hashed_and_validated() {
     .unwrap_err();
     assert!(matches!(err, Error::PayloadMismatch { .. }), "{err}");
     assert_eq!(CHAT_CALLS.load(Ordering::SeqCst), 2);
+}
+
+/// A function whose answer is persisted by writes of its own: the macro commits them with
+/// the record, once.
+struct Answers {
+    idempotency: Idempotency,
+    calls: AtomicU32,
+}
+
+impl Answers {
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", operation = "answer")]
+    async fn answer(
+        &self,
+        request: Request,
+    ) -> Result<lambda_idempotency::WithWrites<String, MemoryWrites>, lambda_runtime::Error> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let text = format!("echo {}", request.prompt);
+        let writes = MemoryWrites::new().put_new("answers", &request.request_id, json!(text));
+        Ok(lambda_idempotency::WithWrites::new(text, writes))
+    }
+}
+
+#[tokio::test]
+async fn a_function_returning_its_writes_commits_them_with_its_record_once() {
+    let store = MemoryStore::new();
+    let answers = Answers {
+        idempotency: Idempotency::new(store.clone()),
+        calls: AtomicU32::new(0),
+    };
+    for _ in 0..2 {
+        let answer = answers.answer(request("r-1", "hi")).await.unwrap();
+        assert_eq!(answer.value, "echo hi");
+    }
+    assert_eq!(answers.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        store.table("answers").get("r-1"),
+        Some(&json!("echo hi")),
+        "written with the record, once (a second put_new would be refused)"
+    );
+    let id = answers
+        .idempotency
+        .idempotency_id(
+            &lambda_idempotency::Operation::new(
+                "answer",
+                lambda_idempotency::KeyStrategy::field("request_id"),
+            ),
+            &json!({"request_id": "r-1", "prompt": "hi"}),
+        )
+        .unwrap();
+    assert!(store.record(&id).is_some());
 }

@@ -4,6 +4,7 @@ use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
 use crate::operation::{Operation, Outcome};
+use crate::writes::{StoreWrites, WithWrites, Writes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -113,8 +114,8 @@ where
         }
     };
     handle
-        .execute_inner(operation, &payload, deadline, || async move {
-            body().await.into_result()
+        .execute_observed(operation, &payload, deadline, true, || async move {
+            body().await.into_answer()
         })
         .await
         .map_err(ExecuteError::into_inner)
@@ -166,8 +167,8 @@ pub trait IdempotentResult: Sized {
     type Ok: Serialize + DeserializeOwned;
     /// The function's error.
     type Err: From<Error> + Display;
-    /// Splits the result.
-    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// Splits the result into the stored value and the writes committed with it.
+    fn into_answer(self) -> Result<(Self::Ok, Option<Writes>), Self::Err>;
     /// Rebuilds the result.
     fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
 }
@@ -179,11 +180,33 @@ where
 {
     type Ok = T;
     type Err = E;
-    fn into_result(self) -> Self {
-        self
+    fn into_answer(self) -> Result<(T, Option<Writes>), E> {
+        self.map(|value| (value, None))
     }
     fn from_result(result: Self) -> Self {
         result
+    }
+}
+
+/// A function that returns its result [`WithWrites`]: the writes commit with its record
+/// ([`Idempotency::execute_committing`]). The caller receives the result with empty
+/// writes: they were committed (by this call, or by the first one on a replay).
+impl<T, W, E> IdempotentResult for Result<WithWrites<T, W>, E>
+where
+    T: Serialize + DeserializeOwned,
+    W: StoreWrites + Default,
+    E: From<Error> + Display,
+{
+    type Ok = T;
+    type Err = E;
+    fn into_answer(self) -> Result<(T, Option<Writes>), E> {
+        self.map(|answer| {
+            let writes = (!answer.writes.is_empty()).then(|| Writes::new(answer.writes));
+            (answer.value, writes)
+        })
+    }
+    fn from_result(result: Result<T, E>) -> Self {
+        result.map(|value| WithWrites::new(value, W::default()))
     }
 }
 

@@ -41,24 +41,36 @@ impl<T, W> WithWrites<T, W> {
 /// Writes of some store's type, as a store receives them: it reads its own type with
 /// [`downcast_ref`](Self::downcast_ref) and refuses any other. Cheap to clone (a store may
 /// need them again to retry).
+///
+/// Also a [`StoreWrites`] itself, for code that picks its store at run time (a worker
+/// configured by its environment): return `WithWrites<T, Writes>` and build each store's
+/// writes with [`Writes::new`]. Check such a handle at start-up with the concrete type
+/// (`check_writes::<PostgresWrites>()`).
 #[derive(Clone)]
 pub struct Writes {
     inner: Arc<dyn Any + Send + Sync>,
     store: &'static str,
+    empty: bool,
 }
 
 impl Writes {
-    /// `writes`, for the store named `W::STORE`.
+    /// `writes`, for the store named `W::STORE` (writes already erased stay as they are).
     pub fn new<W: StoreWrites>(writes: W) -> Self {
+        let empty = writes.is_empty();
+        let mut slot = Some(writes);
+        if let Some(erased) = (&mut slot as &mut dyn Any).downcast_mut::<Option<Writes>>() {
+            return erased.take().unwrap_or_default();
+        }
         Self {
-            inner: Arc::new(writes),
+            inner: Arc::new(slot.take()),
             store: W::STORE,
+            empty,
         }
     }
 
     /// The writes, if they are of type `W`.
     pub fn downcast_ref<W: StoreWrites>(&self) -> Option<&W> {
-        self.inner.downcast_ref()
+        self.inner.downcast_ref::<Option<W>>()?.as_ref()
     }
 
     /// The store these writes are for.
@@ -67,10 +79,47 @@ impl Writes {
     }
 }
 
+/// No writes.
+impl Default for Writes {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(()),
+            store: "none",
+            empty: true,
+        }
+    }
+}
+
+impl StoreWrites for Writes {
+    const STORE: &'static str = "any store (chosen at run time)";
+
+    fn is_empty(&self) -> bool {
+        self.empty
+    }
+}
+
 impl fmt::Debug for Writes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Writes")
             .field("store", &self.store)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryWrites;
+
+    #[test]
+    fn writes_erased_twice_stay_the_store_s_own() {
+        let writes = Writes::new(MemoryWrites::new().put("t", "k", serde_json::json!(1)));
+        let again = Writes::new(writes);
+        assert_eq!(again.store(), "memory");
+        assert!(again.downcast_ref::<MemoryWrites>().is_some());
+        assert!(!StoreWrites::is_empty(&again));
+        assert!(StoreWrites::is_empty(&Writes::default()));
+        assert!(StoreWrites::is_empty(&Writes::new(MemoryWrites::new())));
+        assert_eq!(format!("{again:?}"), r#"Writes { store: "memory", .. }"#);
     }
 }

@@ -84,7 +84,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = R>,
 {
-    let result = run_with_outcome(handle, operation, payload, deadline, body).await;
+    let result = run_with_outcome::<R, F, Fut>(handle, operation, payload, deadline, body).await;
     R::from_result(result.map(|(value, _)| value))
 }
 
@@ -95,7 +95,7 @@ pub async fn run_with_outcome<R, F, Fut>(
     payload: Result<Value, serde_json::Error>,
     deadline: Option<SystemTime>,
     body: F,
-) -> Result<(R::Ok, Outcome), R::Err>
+) -> Result<(R::Returned, Outcome), R::Err>
 where
     R: IdempotentResult,
     F: FnOnce() -> Fut,
@@ -118,6 +118,7 @@ where
             body().await.into_answer()
         })
         .await
+        .map(|(value, outcome)| (R::returned(value), outcome))
         .map_err(ExecuteError::into_inner)
 }
 
@@ -167,10 +168,14 @@ pub trait IdempotentResult: Sized {
     type Ok: Serialize + DeserializeOwned;
     /// The function's error.
     type Err: From<Error> + Display;
+    /// What the function returns when it succeeds (the stored value, or it with writes).
+    type Returned;
     /// Splits the result into the stored value and the writes committed with it.
     fn into_answer(self) -> Result<(Self::Ok, Option<Writes>), Self::Err>;
+    /// The stored value as the function returns it.
+    fn returned(value: Self::Ok) -> Self::Returned;
     /// Rebuilds the result.
-    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
+    fn from_result(result: Result<Self::Returned, Self::Err>) -> Self;
 }
 
 impl<T, E> IdempotentResult for Result<T, E>
@@ -180,8 +185,12 @@ where
 {
     type Ok = T;
     type Err = E;
+    type Returned = T;
     fn into_answer(self) -> Result<(T, Option<Writes>), E> {
         self.map(|value| (value, None))
+    }
+    fn returned(value: T) -> T {
+        value
     }
     fn from_result(result: Self) -> Self {
         result
@@ -199,14 +208,18 @@ where
 {
     type Ok = T;
     type Err = E;
+    type Returned = WithWrites<T, W>;
     fn into_answer(self) -> Result<(T, Option<Writes>), E> {
         self.map(|answer| {
             let writes = (!answer.writes.is_empty()).then(|| Writes::new(answer.writes));
             (answer.value, writes)
         })
     }
-    fn from_result(result: Result<T, E>) -> Self {
-        result.map(|value| WithWrites::new(value, W::default()))
+    fn returned(value: T) -> WithWrites<T, W> {
+        WithWrites::new(value, W::default())
+    }
+    fn from_result(result: Self) -> Self {
+        result
     }
 }
 

@@ -23,6 +23,7 @@
 //! ([`refuses_for_good`]) is stored too, and fails the record permanently on every
 //! delivery without asking again.
 
+pub mod answers;
 pub mod config;
 pub mod emf;
 pub mod provider;
@@ -30,6 +31,7 @@ pub mod request;
 pub mod secret;
 pub mod worker;
 
+pub use answers::AnswersTable;
 pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError, refuses_for_good};
 pub use request::{ChatMessage, ChatRequest};

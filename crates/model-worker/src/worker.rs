@@ -1,6 +1,7 @@
 //! The handler: a batch from SQS, Kinesis or DynamoDB Streams, each record's completion
 //! requested at most once.
 
+use crate::answers::AnswersTable;
 use crate::config::{StoreChoice, WorkerConfig};
 use crate::provider::{ModelClient, ProviderError, refuses_for_good};
 use crate::request::ChatRequest;
@@ -8,11 +9,13 @@ use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
+use lambda_idempotency::store::Writes;
 use lambda_idempotency::store::dynamodb::AttributeNames;
+use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
     KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError, SqsBatch,
-    idempotent,
+    WithWrites, idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -122,6 +125,7 @@ pub struct Worker {
     sqs: SqsBatch,
     kinesis: KinesisBatch,
     dynamodb: DynamoDbStreamBatch,
+    answers: Option<AnswersTable>,
 }
 
 impl Worker {
@@ -133,7 +137,19 @@ impl Worker {
             sqs: SqsBatch::new(),
             kinesis: KinesisBatch::new(),
             dynamodb: DynamoDbStreamBatch::new(),
+            answers: None,
         }
+    }
+
+    /// This worker, persisting each answer to `table` in the same atomic step as its
+    /// record. Fails when the store cannot commit writes of the table's kind (a table of
+    /// another store; Redis cannot): a deployment that cannot work stops at start-up.
+    pub fn with_answers(mut self, table: AnswersTable) -> Result<Self, Error> {
+        match &table {
+            AnswersTable::Memory(_) => self.idempotency.check_writes::<MemoryWrites>()?,
+        }
+        self.answers = Some(table);
+        Ok(self)
     }
 
     /// The worker's idempotent operation, the one `#[idempotent]` builds on `complete`
@@ -261,7 +277,8 @@ impl Worker {
             .into());
         }
         let request_id = request.request_id.clone();
-        match self.complete_with_outcome(request).await? {
+        let (answer, outcome) = self.complete_with_outcome(request).await?;
+        match (answer.value, outcome) {
             (Answer::Completion(completion), outcome) => Ok(Delivery {
                 called_model: outcome.ran(),
                 outcome,
@@ -295,17 +312,28 @@ impl Worker {
         operation = "chat_completion",
         with_outcome
     )]
-    async fn complete(&self, request: ChatRequest) -> Result<Answer, Error> {
+    async fn complete(&self, request: ChatRequest) -> Result<WithWrites<Answer, Writes>, Error> {
         let deadline = lambda_idempotency::current_deadline();
-        match self.model.complete(&request, deadline).await {
-            Ok(completion) => Ok(Answer::Completion(completion)),
+        let answer = match self.model.complete(&request, deadline).await {
+            Ok(completion) => Answer::Completion(completion),
             Err(ProviderError::Status { status, body }) if refuses_for_good(status) => {
-                Ok(Answer::Refused {
+                Answer::Refused {
                     provider_refused: Refusal { status, body },
-                })
+                }
             }
-            Err(e) => Err(e.into()),
-        }
+            Err(e) => return Err(e.into()),
+        };
+        // The answer's row commits with its record (`ANSWERS_TABLE`).
+        let writes = match &self.answers {
+            Some(table) => {
+                let id = self
+                    .idempotency
+                    .idempotency_id(&Self::operation(), &serde_json::to_value(&request)?)?;
+                table.writes(&id, request.request_id.as_deref(), &answer)
+            }
+            None => Writes::default(),
+        };
+        Ok(WithWrites::new(answer, writes))
     }
 }
 

@@ -4,7 +4,7 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_idempotency::{Idempotency, MemoryStore};
 use lambda_runtime::{Context, LambdaEvent};
-use model_worker::{ModelClient, Worker};
+use model_worker::{AnswersTable, ModelClient, Worker};
 use provider_stub::ProviderStub;
 use serde_json::Value;
 
@@ -39,6 +39,95 @@ async fn the_same_message_twice_calls_the_provider_once() {
 
     let response = worker.handle(event(single)).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
+}
+
+#[tokio::test]
+async fn each_answer_is_written_with_its_record_once_and_only_with_it() {
+    let provider = ProviderStub::start().await.unwrap();
+    let model = ModelClient::new(&provider.base_url(), None).unwrap();
+    let store = MemoryStore::new();
+    let worker = Worker::new(Idempotency::new(store.clone()), model)
+        .with_answers(AnswersTable::Memory("answers".into()))
+        .unwrap();
+    let single = include_str!("../../../events/single-request.json");
+    for _ in 0..3 {
+        worker.process(event(single)).await.records[0]
+            .result
+            .as_ref()
+            .expect("delivered");
+    }
+    assert_eq!(provider.completion_calls(), 1);
+    let answers = store.table("answers");
+    assert_eq!(answers.len(), 1, "one row for one request: {answers:?}");
+    let (id, row) = answers.iter().next().unwrap();
+    let record = store.record(id).expect("the row's id is its record's");
+    assert_eq!(record.status, lambda_idempotency::store::Status::Completed);
+    assert_eq!(
+        serde_json::from_str::<Value>(record.data.as_deref().unwrap()).unwrap(),
+        row["answer"],
+        "the row holds what the record stores"
+    );
+
+    // A failed provider call writes neither.
+    let failing = r#"{"Records": [{"messageId": "m2",
+        "body": "{\"request_id\": \"r-5xx\", \"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"[[status=503]]\"}]}"}]}"#;
+    let report = worker.process(event(failing)).await;
+    assert!(report.records[0].result.is_err());
+    assert_eq!(store.table("answers").len(), 1, "no row without a record");
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_commit_the_answers_table_fails_at_start_up() {
+    let provider = ProviderStub::start().await.unwrap();
+    let model = ModelClient::new(&provider.base_url(), None).unwrap();
+    let redis_like =
+        lambda_idempotency::store::faulty::FaultyStore::new(Renamed(MemoryStore::new()));
+    let err = Worker::new(Idempotency::new(redis_like), model)
+        .with_answers(AnswersTable::Memory("answers".into()))
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot commit writes"), "{err}");
+}
+
+/// A store that is not the in-memory one (by name), holding its records in memory.
+#[derive(Debug, Clone)]
+struct Renamed(MemoryStore);
+
+impl lambda_idempotency::store::IdempotencyStore for Renamed {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+    fn claim<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<lambda_idempotency::store::ClaimOutcome, lambda_idempotency::Error>,
+    > {
+        self.0.claim(claim)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+        data: Option<&'a str>,
+        expiration: std::time::SystemTime,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), lambda_idempotency::Error>> {
+        self.0.complete(claim, data, expiration)
+    }
+    fn release<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), lambda_idempotency::Error>> {
+        self.0.release(claim)
+    }
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<Option<lambda_idempotency::store::Record>, lambda_idempotency::Error>,
+    > {
+        self.0.get(id)
+    }
 }
 
 #[tokio::test]

@@ -13,10 +13,11 @@
 mod sqs;
 mod streams;
 
+use lambda_idempotency::store::Status;
 use lambda_idempotency::store::epoch_millis;
 use lambda_idempotency::{FailureKind, Idempotency, MemoryStore, Outcome, RecordFailure};
 use lambda_runtime::{Context, LambdaEvent};
-use model_worker::{Delivery, ModelClient, Worker};
+use model_worker::{AnswersTable, Delivery, ModelClient, Worker};
 use provider_stub::ProviderStub;
 use std::time::{Duration, SystemTime};
 
@@ -28,7 +29,11 @@ async fn main() {
     let model = ModelClient::new(&provider.base_url(), None).expect("model client");
     // The worker's metrics, as its Lambda writes them (CloudWatch embedded metric format).
     let metrics = model_worker::emf::install("model-worker-local").expect("metrics collector");
-    let worker = Worker::new(Idempotency::new(MemoryStore::new()), model);
+    let store = MemoryStore::new();
+    // Each answer is written to the `answers` table in the same step as its record.
+    let worker = Worker::new(Idempotency::new(store.clone()), model)
+        .with_answers(AnswersTable::Memory("answers".into()))
+        .expect("the in-memory store commits answers with their records");
     println!(
         "model-worker, local run: in-memory idempotency store, provider stand-in at {}",
         provider.base_url()
@@ -37,6 +42,7 @@ async fn main() {
     sqs::play(&worker, &provider, &mut tally).await;
     streams::play(&worker, &provider, &mut tally).await;
     tally.close(&provider);
+    show_answers(&store);
     show_metrics(metrics);
 }
 
@@ -227,4 +233,22 @@ fn answer(completion: &serde_json::Value) -> String {
         short.push_str("...");
     }
     format!("{short:?}")
+}
+
+/// The answers table beside the records: one row per request that ran, each written in the
+/// same step as its completed record.
+fn show_answers(store: &MemoryStore) {
+    let answers = store.table("answers");
+    let with_record = answers
+        .keys()
+        .filter(|id| {
+            store
+                .record(id)
+                .is_some_and(|r| r.status == Status::Completed)
+        })
+        .count();
+    println!(
+        "\n== the answers table: {} rows, {with_record} of them beside their completed record: each was written in the same step as its record (ANSWERS_TABLE)",
+        answers.len()
+    );
 }

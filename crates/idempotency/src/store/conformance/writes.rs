@@ -256,6 +256,31 @@ where
         }
     };
 
+    // A first delivery with its writes costs two requests (the claim and the commit), as
+    // one without; a duplicate one (the claim, answered with the record).
+    faulty.reset_requests();
+    let payload = json!({"id": unique_key("k")});
+    let c = unique_key("counted");
+    run(payload.clone(), vec![KitWrite::Put(c.clone(), "1".into())])
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            faulty.requests(StoreOp::Claim),
+            faulty.requests(StoreOp::Complete),
+            faulty.total_requests()
+        ),
+        (1, 1, 2),
+        "a claim and one commit"
+    );
+    let replay = run(payload, vec![KitWrite::PutNew(c, "2".into())]).await;
+    assert!(matches!(replay, Ok((_, Outcome::Replayed))), "{replay:?}");
+    assert_eq!(
+        faulty.total_requests(),
+        3,
+        "a duplicate costs one request and writes nothing"
+    );
+
     // The answer lost: retried, written once, the record completed.
     let a = unique_key("lost");
     faulty.inject(StoreOp::Complete, Fault::AnswerLost, 1);

@@ -78,6 +78,10 @@ pub struct WorkerConfig {
     /// `IDEMPOTENCY_QUEUE_VISIBILITY_TIMEOUT_SECONDS`, as the SAM template passes them):
     /// retention + max receives x visibility timeout. Default: the library's 15 days.
     pub expires_after: Option<Duration>,
+    /// `ANSWERS_TABLE`: a table of the store's kind (DynamoDB, PostgreSQL, or the
+    /// in-memory store's) that receives each answer in the same atomic step as its record.
+    /// Not with Redis, which cannot commit it with the record: the start-up fails.
+    pub answers_table: Option<String>,
 }
 
 /// What `Debug` shows instead of a secret.
@@ -358,6 +362,12 @@ impl WorkerConfig {
                 ));
             }
         }
+        let answers_table = get("ANSWERS_TABLE");
+        if let (Some(table), Some(store)) = (&answers_table, &store)
+            && let Some(problem) = answers_table_problem(store, table)
+        {
+            problems.push(problem);
+        }
         match (store, model_base_url) {
             (Some(store), Some(model_base_url)) if problems.is_empty() => Ok(Self {
                 store,
@@ -365,9 +375,42 @@ impl WorkerConfig {
                 model_api_key,
                 model_api_key_secret_arn,
                 expires_after,
+                answers_table,
             }),
             _ => Err(ConfigError(problems)),
         }
+    }
+}
+
+/// Why `table` cannot be the answers table of `store`, if it cannot.
+fn answers_table_problem(store: &StoreChoice, table: &str) -> Option<String> {
+    let ident = |part: &str| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && part.len() <= 63
+    };
+    match store {
+        StoreChoice::Redis { .. } => Some(
+            "ANSWERS_TABLE is set, but the Redis store cannot write an answer in the same step as its record: persist answers with the DynamoDB or PostgreSQL store, or unset ANSWERS_TABLE".into(),
+        ),
+        StoreChoice::DynamoDb { .. }
+            if !(3..=255).contains(&table.len())
+                || !table
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
+        {
+            Some(format!(
+                "ANSWERS_TABLE={table:?} is not a DynamoDB table name (3 to 255 of a-z, A-Z, 0-9, _ - .)"
+            ))
+        }
+        StoreChoice::Postgres { .. } if !table.split('.').all(ident) || table.split('.').count() > 2 => {
+            Some(format!(
+                "ANSWERS_TABLE={table:?} is not a PostgreSQL table name (an identifier of letters, digits and _, optionally schema-qualified)"
+            ))
+        }
+        _ => None,
     }
 }
 

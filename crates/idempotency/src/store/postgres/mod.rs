@@ -116,8 +116,12 @@ mod row;
 mod sql;
 mod table;
 mod tls;
+mod transaction;
+mod writes;
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+pub use writes::{Param, Params, PostgresWrites};
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, Writes};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use connection::DEFAULT_CONNECT_TIMEOUT;
@@ -180,6 +184,9 @@ struct Inner {
     /// The statements prepared on the live connection (the `Weak` names it: it keeps its
     /// allocation, so no later connection can take its address), with their SQL text.
     statements: Mutex<PreparedStatements>,
+    /// The connection the completions with writes run their transactions on (one at a
+    /// time), apart from the shared one (`transaction.rs`).
+    transactions: tokio::sync::Mutex<Option<transaction::TxConnection>>,
 }
 
 /// A handful of statements (the store's four, and purges): found by comparing their
@@ -261,6 +268,7 @@ impl PostgresStore {
                 client: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
                 statements: Mutex::default(),
+                transactions: tokio::sync::Mutex::new(None),
             }),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             prepared: true,
@@ -348,11 +356,13 @@ impl PostgresStore {
             client: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             statements: Mutex::default(),
+            transactions: tokio::sync::Mutex::new(None),
         });
         let mut inner = inner;
         change(&mut inner);
         inner.client = Mutex::new(None);
         inner.statements = Mutex::default();
+        inner.transactions = tokio::sync::Mutex::new(None);
         Self {
             inner: Arc::new(inner),
             request_timeout,
@@ -491,6 +501,19 @@ impl IdempotencyStore for PostgresStore {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.send_completion(claim, data, expiration))
+    }
+
+    /// One transaction on the store's transaction connection: the record locked and its
+    /// lease token checked, the [`PostgresWrites`]' statements, the completion, `COMMIT`
+    /// (see [`PostgresWrites`] and the module docs).
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.send_completion_with(claim, data, expiration, writes))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {

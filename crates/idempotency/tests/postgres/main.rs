@@ -1,6 +1,6 @@
 //! The PostgreSQL store: the whole contract (over one connection and spread over
 //! several), races between connections, the table, its rows and its errors; connections,
-//! ids and purging in their modules.
+//! ids, purging and the function's writes in their modules.
 //!
 //! `POSTGRES_TEST_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
 //! `POSTGRES_TEST_SCHEMA` (default `public`) say where; every test makes its own table.

@@ -25,13 +25,34 @@
 //!
 //! A first delivery costs two round trips; a duplicate costs one.
 //!
+//! # The function's writes
+//! [`complete_with`](IdempotencyStore::complete_with) with [`PostgresWrites`] is one
+//! transaction: `BEGIN`; `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
+//! or another token: `ROLLBACK`, [`Error::LeaseLost`]; completed with our token, an
+//! earlier attempt whose answer was lost: `ROLLBACK`, success, nothing run again); the
+//! function's statements in order (an integrity constraint broken, SQLSTATE class `23`, or
+//! a row count other than [`execute_expecting`](PostgresWrites::execute_expecting)'s:
+//! `ROLLBACK`, [`Error::WritesRefused`]); the completion's `UPDATE`; `COMMIT`. Four round
+//! trips and one per statement (and one per statement's first use on the connection,
+//! which prepares it).
+//!
+//! It runs on a second connection of the store's, not the shared one (whose concurrent
+//! requests would land inside the transaction): opened on first use with the same
+//! configuration and TLS, used by one transaction at a time (concurrent completions with
+//! writes wait in turn), and the whole transaction, that wait included, bounded by the
+//! request timeout. A transaction cut off (by that bound or the engine's attempt timeout)
+//! asks the server to cancel its statement and drops its connection: the server rolls it
+//! back and frees the record's row lock at once. A `COMMIT` whose answer was lost is
+//! resolved by the retry, under the record's lock.
+//!
 //! # Expired rows
 //! PostgreSQL has no TTL. Expired rows stay claimable, so correctness never depends on
 //! deleting them; to keep the table small, call [`PostgresStore::purge_expired`] on a
 //! schedule (an EventBridge-scheduled Lambda), or run the same `DELETE` with `pg_cron`.
 //!
 //! # Connection
-//! One connection per store (per Lambda execution environment), made on first use,
+//! One connection per store (per Lambda execution environment; a second one for the
+//! transactions of [completions with writes](#the-functions-writes)), made on first use,
 //! reused across invocations and rebuilt on the next call after it broke (closed,
 //! an I/O error, a server shutdown) or after a call was cut off by the engine's attempt
 //! timeout. The only session state the store uses is its named prepared statements, so

@@ -296,11 +296,11 @@ impl TxConnection {
     }
 
     /// A statement of the function's that failed otherwise: a store error, retryable as the
-    /// store's own are, naming the statement.
+    /// store's own are, naming the statement. The statements prepared on the connection are
+    /// forgotten (the session may have lost them, or a migration changed what one returns),
+    /// so the next transaction prepares them again.
     fn write_failed(&mut self, index: usize, e: tokio_postgres::Error) -> Stop {
-        if lost_prepared_statement(&e) {
-            self.statements.clear();
-        }
+        self.statements.clear();
         Stop::Failed {
             broken: breaks(&e),
             error: Error::store(BACKEND, is_retryable(&e), WriteFailed { index, source: e }),

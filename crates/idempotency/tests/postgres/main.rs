@@ -1,6 +1,6 @@
 //! The PostgreSQL store: the whole contract (over one connection and spread over
 //! several), races between connections, the table, its rows and its errors; connections,
-//! ids and purging in their modules.
+//! ids, purging and the function's writes in their modules.
 //!
 //! `POSTGRES_TEST_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
 //! `POSTGRES_TEST_SCHEMA` (default `public`) say where; every test makes its own table.
@@ -9,13 +9,16 @@
 mod connection;
 mod ids;
 mod purge;
+mod writes;
 
 use lambda_idempotency::clock::TestClock;
 use lambda_idempotency::store::conformance;
+use lambda_idempotency::store::conformance::writes::{KitWrite, WritesKit};
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::store::postgres::PostgresWrites;
 use lambda_idempotency::store::{
-    BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record, Status, StoreLimits, epoch_millis,
-    epoch_secs, from_epoch_secs,
+    BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record, Status, StoreLimits, Writes,
+    epoch_millis, epoch_secs, from_epoch_secs,
 };
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome, PostgresStore,
@@ -112,11 +115,91 @@ impl TestTable {
         panic!("the store's connections outlived pg_terminate_backend");
     }
 
+    /// The test's own table for the function's writes (`key text primary key, value
+    /// text`), beside the records' table, and the conformance suite's kit over it.
+    async fn writes_kit(&self) -> PgKit {
+        let quoted = self.writes_quoted();
+        self.admin
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {quoted} (key text PRIMARY KEY, value text)"
+            ))
+            .await
+            .expect("create the writes table");
+        PgKit {
+            admin: admin().await,
+            quoted,
+        }
+    }
+
+    /// The writes table, quoted: `<name>_w`, in the same schema.
+    fn writes_quoted(&self) -> String {
+        format!(
+            "{}.{}",
+            quote(&postgres_schema()),
+            quote(&format!("{}_w", self.name))
+        )
+    }
+
     async fn drop_table(self) {
         self.admin
-            .batch_execute(&format!("DROP TABLE IF EXISTS {}", self.quoted))
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {}",
+                self.quoted,
+                self.writes_quoted()
+            ))
             .await
             .expect("drop the test table");
+    }
+}
+
+/// The conformance suite's writes on a table of the test's own: `Put` an upsert,
+/// `PutNew` an `INSERT` without `ON CONFLICT` (a key taken is SQLSTATE 23505: refused).
+struct PgKit {
+    admin: tokio_postgres::Client,
+    quoted: String,
+}
+
+impl PgKit {
+    /// The value under `key`, if any.
+    async fn read_value(&self, key: &str) -> Option<String> {
+        self.read(key).await
+    }
+}
+
+impl WritesKit for PgKit {
+    fn writes(&self, writes: &[KitWrite]) -> Writes {
+        let t = &self.quoted;
+        Writes::new(
+            writes
+                .iter()
+                .fold(PostgresWrites::new(), |w, write| match write {
+                    KitWrite::Put(k, v) => w.execute(
+                        format!(
+                            "INSERT INTO {t} (key, value) VALUES ($1, $2) \
+                             ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                        ),
+                        (k.clone(), v.clone()),
+                    ),
+                    KitWrite::PutNew(k, v) => w.execute(
+                        format!("INSERT INTO {t} (key, value) VALUES ($1, $2)"),
+                        (k.clone(), v.clone()),
+                    ),
+                    other => panic!("a write this kit does not know: {other:?}"),
+                }),
+        )
+    }
+
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            self.admin
+                .query_opt(
+                    &format!("SELECT value FROM {} WHERE key = $1", self.quoted),
+                    &[&key],
+                )
+                .await
+                .expect("read the writes table")
+                .map(|row| row.get(0))
+        })
     }
 }
 
@@ -190,6 +273,15 @@ impl IdempotencyStore for Spread {
     ) -> BoxFuture<'a, Result<(), Error>> {
         self.pick().complete(claim, data, expiration)
     }
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        self.pick().complete_with(claim, data, expiration, writes)
+    }
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {
         self.pick().release(claim)
     }
@@ -201,13 +293,14 @@ impl IdempotencyStore for Spread {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_store_keeps_the_whole_contract() {
     let table = TestTable::new("conformance").await;
+    let kit = table.writes_kit().await;
     let store = FaultyStore::new(table.store());
     let faults = store.clone();
     conformance::run_whole_contract(
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         12,
-        None,
+        Some(&kit),
     )
     .await;
     table.drop_table().await;
@@ -218,13 +311,14 @@ async fn the_postgres_store_keeps_the_whole_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_store_keeps_the_whole_contract_without_prepared_statements() {
     let table = TestTable::new("conformance_unprepared").await;
+    let kit = table.writes_kit().await;
     let store = FaultyStore::new(table.store().prepared_statements(false));
     let faults = store.clone();
     conformance::run_whole_contract(
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         4,
-        None,
+        Some(&kit),
     )
     .await;
     table.drop_table().await;
@@ -278,6 +372,7 @@ async fn a_new_connection_prepares_its_statements_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_postgres_store_keeps_the_whole_contract_across_connections() {
     let table = TestTable::new("conformance_spread").await;
+    let kit = table.writes_kit().await;
     let spread = Spread::new(&table, 6);
     let store = FaultyStore::new(spread.clone());
     let faults = store.clone();
@@ -285,7 +380,7 @@ async fn the_postgres_store_keeps_the_whole_contract_across_connections() {
         store,
         async |op| faults.inject(op, Fault::Unavailable, 1),
         4,
-        None,
+        Some(&kit),
     )
     .await;
     for _ in 0..10 {

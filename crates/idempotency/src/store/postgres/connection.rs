@@ -139,7 +139,7 @@ impl PostgresStore {
 
     /// A new connection, TCP, TLS negotiation and start-up bounded together by the connect
     /// timeout (once per host: tokio-postgres tries them in turn).
-    async fn open(&self) -> Result<Client, Error> {
+    pub(super) async fn open(&self) -> Result<Client, Error> {
         let config = &self.inner.config;
         let per_host = config
             .get_connect_timeout()

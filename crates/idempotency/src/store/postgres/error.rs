@@ -32,6 +32,17 @@ mod sqlstate {
     /// A prepared statement the session no longer has (a pooler's `DISCARD ALL`, a
     /// transaction-mode pooler that moved the client to another server connection).
     pub(super) const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+    /// Class `23`: integrity constraint violation (unique, foreign key, check, not null,
+    /// exclusion).
+    pub(super) const INTEGRITY_CONSTRAINT_VIOLATION: &str = "23";
+}
+
+/// The SQLSTATE of an integrity constraint violation (class `23`), if `err` is one: the
+/// function's writes are then refused, not retried.
+pub(super) fn integrity_violation(err: &tokio_postgres::Error) -> Option<&str> {
+    err.code()
+        .map(|code| code.code())
+        .filter(|code| code.starts_with(sqlstate::INTEGRITY_CONSTRAINT_VIOLATION))
 }
 
 /// Whether the error says the session lost a statement prepared on it: the cache is
@@ -72,9 +83,13 @@ fn listed(code: &str, list: &[&str]) -> bool {
 
 /// Whether the error means the connection is no longer usable.
 pub(super) fn breaks_connection(source: &BoxError) -> bool {
-    let Some(err) = source.downcast_ref::<tokio_postgres::Error>() else {
-        return false;
-    };
+    source
+        .downcast_ref::<tokio_postgres::Error>()
+        .is_some_and(breaks)
+}
+
+/// Whether the driver's error means the connection is no longer usable.
+pub(super) fn breaks(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() || io_error(err).is_some() {
         return true;
     }
@@ -87,7 +102,7 @@ fn io_error(err: &tokio_postgres::Error) -> Option<&std::io::Error> {
 }
 
 /// Whether a later attempt of the same call may succeed.
-fn is_retryable(err: &tokio_postgres::Error) -> bool {
+pub(super) fn is_retryable(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() {
         return true;
     }

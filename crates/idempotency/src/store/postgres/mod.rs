@@ -25,13 +25,34 @@
 //!
 //! A first delivery costs two round trips; a duplicate costs one.
 //!
+//! # The function's writes
+//! [`complete_with`](IdempotencyStore::complete_with) with [`PostgresWrites`] is one
+//! transaction: `BEGIN`; `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
+//! or another token: `ROLLBACK`, [`Error::LeaseLost`]; completed with our token, an
+//! earlier attempt whose answer was lost: `ROLLBACK`, success, nothing run again); the
+//! function's statements in order (an integrity constraint broken, SQLSTATE class `23`, or
+//! a row count other than [`execute_expecting`](PostgresWrites::execute_expecting)'s:
+//! `ROLLBACK`, [`Error::WritesRefused`]); the completion's `UPDATE`; `COMMIT`. Four round
+//! trips and one per statement (and one per statement's first use on the connection,
+//! which prepares it).
+//!
+//! It runs on a second connection of the store's, not the shared one (whose concurrent
+//! requests would land inside the transaction): opened on first use with the same
+//! configuration and TLS, used by one transaction at a time (concurrent completions with
+//! writes wait in turn), and the whole transaction, that wait included, bounded by the
+//! request timeout. A transaction cut off (by that bound or the engine's attempt timeout)
+//! asks the server to cancel its statement and drops its connection: the server rolls it
+//! back and frees the record's row lock at once. A `COMMIT` whose answer was lost is
+//! resolved by the retry, under the record's lock.
+//!
 //! # Expired rows
 //! PostgreSQL has no TTL. Expired rows stay claimable, so correctness never depends on
 //! deleting them; to keep the table small, call [`PostgresStore::purge_expired`] on a
 //! schedule (an EventBridge-scheduled Lambda), or run the same `DELETE` with `pg_cron`.
 //!
 //! # Connection
-//! One connection per store (per Lambda execution environment), made on first use,
+//! One connection per store (per Lambda execution environment; a second one for the
+//! transactions of [completions with writes](#the-functions-writes)), made on first use,
 //! reused across invocations and rebuilt on the next call after it broke (closed,
 //! an I/O error, a server shutdown) or after a call was cut off by the engine's attempt
 //! timeout. The only session state the store uses is its named prepared statements, so
@@ -116,8 +137,12 @@ mod row;
 mod sql;
 mod table;
 mod tls;
+mod transaction;
+mod writes;
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+pub use writes::{Param, Params, PostgresWrites};
+
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, Writes};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use connection::DEFAULT_CONNECT_TIMEOUT;
@@ -180,6 +205,9 @@ struct Inner {
     /// The statements prepared on the live connection (the `Weak` names it: it keeps its
     /// allocation, so no later connection can take its address), with their SQL text.
     statements: Mutex<PreparedStatements>,
+    /// The connection the completions with writes run their transactions on (one at a
+    /// time), apart from the shared one (`transaction.rs`).
+    transactions: tokio::sync::Mutex<Option<transaction::TxConnection>>,
 }
 
 /// A handful of statements (the store's four, and purges): found by comparing their
@@ -261,6 +289,7 @@ impl PostgresStore {
                 client: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
                 statements: Mutex::default(),
+                transactions: tokio::sync::Mutex::new(None),
             }),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             prepared: true,
@@ -348,11 +377,13 @@ impl PostgresStore {
             client: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             statements: Mutex::default(),
+            transactions: tokio::sync::Mutex::new(None),
         });
         let mut inner = inner;
         change(&mut inner);
         inner.client = Mutex::new(None);
         inner.statements = Mutex::default();
+        inner.transactions = tokio::sync::Mutex::new(None);
         Self {
             inner: Arc::new(inner),
             request_timeout,
@@ -491,6 +522,19 @@ impl IdempotencyStore for PostgresStore {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.send_completion(claim, data, expiration))
+    }
+
+    /// One transaction on the store's transaction connection: the record locked and its
+    /// lease token checked, the [`PostgresWrites`]' statements, the completion, `COMMIT`
+    /// (see [`PostgresWrites`] and the module docs).
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.send_completion_with(claim, data, expiration, writes))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {

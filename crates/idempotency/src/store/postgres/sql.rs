@@ -49,6 +49,9 @@ pub(super) struct Statements {
     pub(super) release: String,
     /// `$1` id. Rows: [`COLUMNS`].
     pub(super) get: String,
+    /// `$1` id. Rows: `(status, lease_token)`, the row locked until the transaction ends
+    /// (the completion with the function's writes).
+    pub(super) lock: String,
     /// `$1` now (epoch s), `$2` now (epoch ms), `$3` limit. One row: the count deleted.
     pub(super) purge: String,
 }
@@ -64,6 +67,7 @@ impl Statements {
             ),
             release: format!("DELETE FROM {t} WHERE id = $1 AND lease_token = $2 RETURNING 1"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE id = $1"),
+            lock: format!("SELECT status, lease_token FROM {t} WHERE id = $1 FOR UPDATE"),
             purge: format!(
                 "WITH purged AS (\n    \
                     DELETE FROM {t} WHERE {PURGEABLE} AND id IN (\n        \

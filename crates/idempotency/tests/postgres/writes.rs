@@ -1,0 +1,242 @@
+//! The function's writes committed with the completion (`PostgresWrites`, one transaction
+//! on the store's transaction connection): a transaction cut off by the request timeout,
+//! refusals and what they say, other errors, another store's writes, and concurrent
+//! completions sharing the connection. The contract itself is in the conformance runs.
+
+use super::{TestTable, claim};
+use lambda_idempotency::store::memory::MemoryWrites;
+use lambda_idempotency::store::postgres::PostgresWrites;
+use lambda_idempotency::store::{IdempotencyStore, Status, Writes};
+use lambda_idempotency::{Error, Idempotency, KeyStrategy, Operation, Outcome, WithWrites};
+use serde_json::json;
+use std::time::{Duration, Instant, SystemTime};
+
+/// `INSERT` into the writes table `t`.
+fn insert(t: &str, key: &str, value: &str) -> PostgresWrites {
+    PostgresWrites::new().execute(
+        format!("INSERT INTO {t} (key, value) VALUES ($1, $2)"),
+        (key.to_owned(), value.to_owned()),
+    )
+}
+
+/// A transaction cut off by the request timeout (a statement that sleeps past it): an
+/// error, retryable, nothing written, the record still in progress; the server's statement
+/// is cancelled, so the record's row lock is free at once and the next completion works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_cut_off_by_the_request_timeout_writes_nothing() {
+    let table = TestTable::new("writes_timeout").await;
+    let kit = table.writes_kit().await;
+    let store = table.store().request_timeout(Duration::from_secs(1));
+    let now = SystemTime::now();
+    let c = claim("cut-off", now, "t1");
+    store.claim(&c).await.unwrap();
+    let slow = Writes::new(insert(&kit.quoted, "a", "first").execute("SELECT pg_sleep(30)", ()));
+    let started = Instant::now();
+    let answer = store.complete_with(&c, Some("1"), now, &slow).await;
+    assert!(
+        matches!(
+            answer,
+            Err(Error::Store {
+                backend: "postgres",
+                retryable: true,
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut off at the bound"
+    );
+    assert_eq!(kit.read_value("a").await, None, "nothing written");
+    let record = store.get(&c.id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::InProgress, "not completed");
+
+    // The next completion, on the same record: the cut-off transaction's lock is gone well
+    // before its 30 s sleep would have ended.
+    let writes = Writes::new(insert(&kit.quoted, "a", "second"));
+    store
+        .complete_with(&c, Some("2"), now, &writes)
+        .await
+        .expect("the next completion works");
+    assert_eq!(kit.read_value("a").await.as_deref(), Some("second"));
+    let record = store.get(&c.id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.data.as_deref()),
+        (Status::Completed, Some("2"))
+    );
+    // The server's sleeping statement was cancelled, not left to run.
+    let mut sleeping = 1;
+    for _ in 0..100 {
+        sleeping = table
+            .admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                 AND query LIKE '%pg_sleep(30)%' AND state = 'active'",
+                &[&table.name],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+        if sleeping == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        sleeping, 0,
+        "the cut-off statement still runs on the server"
+    );
+    table.drop_table().await;
+}
+
+/// Refusals (a unique key taken, a statement that changed other than the rows it
+/// expected) write nothing and say which statement and why, never a parameter's value;
+/// other errors are store errors, and the transaction connection is reused after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_and_errors_write_nothing_and_show_no_values() {
+    let table = TestTable::new("writes_refused").await;
+    let kit = table.writes_kit().await;
+    for prepared in [true, false] {
+        let t = &kit.quoted;
+        let store = table.store().prepared_statements(prepared);
+        let now = SystemTime::now();
+        let taken = format!("taken-{prepared}");
+        let first = claim(&format!("first-{prepared}"), now, "t0");
+        store.claim(&first).await.unwrap();
+        let writes = Writes::new(insert(t, &taken, "v"));
+        store
+            .complete_with(&first, None, now, &writes)
+            .await
+            .unwrap();
+
+        let c = claim(&format!("refused-{prepared}"), now, "t1");
+        store.claim(&c).await.unwrap();
+        let fresh = format!("fresh-{prepared}");
+        let cases = [
+            (
+                insert(t, &fresh, "secret-one").execute(
+                    format!("INSERT INTO {t} (key, value) VALUES ($1, $2)"),
+                    (taken.clone(), "secret-two".to_string()),
+                ),
+                "statement 1: SQLSTATE 23505",
+            ),
+            (
+                insert(t, &fresh, "secret-one").execute_expecting(
+                    format!("UPDATE {t} SET value = $1 WHERE key = $2"),
+                    ("secret-two".to_string(), "missing".to_string()),
+                    1,
+                ),
+                "statement 1 changed 0 rows, expected 1",
+            ),
+        ];
+        for (writes, says) in cases {
+            let answer = store
+                .complete_with(&c, Some("1"), now, &Writes::new(writes))
+                .await;
+            let Err(Error::WritesRefused { key, reason }) = &answer else {
+                panic!("prepared {prepared}: refused, got {answer:?}");
+            };
+            assert_eq!(key, &c.id);
+            assert!(reason.starts_with(says), "prepared {prepared}: {reason}");
+            let text = lambda_idempotency::report(answer.as_ref().unwrap_err());
+            assert!(!text.contains("secret"), "prepared {prepared}: {text}");
+            assert_eq!(kit.read_value(&fresh).await, None, "nothing written");
+            assert_eq!(kit.read_value(&taken).await.as_deref(), Some("v"));
+            let record = store.get(&c.id).await.unwrap().unwrap();
+            assert_eq!(record.status, Status::InProgress);
+        }
+
+        // A statement on a missing table: a permanent store error naming the statement,
+        // not the idempotency table; nothing written.
+        let missing = insert(t, &fresh, "x").execute("INSERT INTO no_such_table VALUES (1)", ());
+        let err = store
+            .complete_with(&c, Some("1"), now, &Writes::new(missing))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Store {
+                    backend: "postgres",
+                    retryable: false,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let text = lambda_idempotency::report(&err);
+        assert!(
+            text.contains("statement 1 of the function's writes") && !text.contains("create_table"),
+            "{text}"
+        );
+        assert_eq!(kit.read_value(&fresh).await, None);
+
+        // Another store's writes: refused, the record unchanged.
+        let memory = Writes::new(MemoryWrites::new().put("t", "k", json!(1)));
+        let answer = store.complete_with(&c, Some("1"), now, &memory).await;
+        assert!(
+            matches!(
+                answer,
+                Err(Error::WritesUnsupported {
+                    store: "postgres",
+                    writes: "memory"
+                })
+            ),
+            "{answer:?}"
+        );
+
+        // After all that, the connection is still good: the completion commits.
+        store
+            .complete_with(&c, Some("1"), now, &Writes::new(insert(t, &fresh, "ok")))
+            .await
+            .unwrap();
+        assert_eq!(kit.read_value(&fresh).await.as_deref(), Some("ok"));
+        assert_eq!(
+            store.get(&c.id).await.unwrap().unwrap().status,
+            Status::Completed
+        );
+    }
+    table.drop_table().await;
+}
+
+/// Concurrent completions with writes on one store take the transaction connection in
+/// turn, beside claims on the shared one: every answer written once, each with its record,
+/// and a duplicate writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_completions_with_writes_each_commit_once() {
+    let table = TestTable::new("writes_concurrent").await;
+    let kit = table.writes_kit().await;
+    let idempotency = Idempotency::new(table.store());
+    idempotency.check_writes::<PostgresWrites>().unwrap();
+    assert!(idempotency.check_writes::<MemoryWrites>().is_err());
+    let op = Operation::new("answer", KeyStrategy::field("id"));
+    let t = &kit.quoted;
+    let run = |i: usize| {
+        let (idempotency, op) = (&idempotency, &op);
+        async move {
+            idempotency
+                .execute_committing(op, &json!({"id": i}), || async move {
+                    let answer = format!("answer-{i}");
+                    let writes = insert(t, &i.to_string(), &answer);
+                    Ok::<_, std::io::Error>(WithWrites::new(answer, writes))
+                })
+                .await
+        }
+    };
+    for round in [Outcome::Executed, Outcome::Replayed] {
+        let answers = futures_util::future::join_all((0..16).map(run)).await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            let (value, outcome) = answer.unwrap_or_else(|e| panic!("{i}: {e:?}"));
+            assert_eq!((value, outcome), (format!("answer-{i}"), round));
+        }
+    }
+    let rows: i64 = table
+        .admin
+        .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 16, "each answer written once");
+    table.drop_table().await;
+}

@@ -3,6 +3,7 @@
 //! never disagree: no answer row without a completed record, no completed record without
 //! its row, and never a second row for one request.
 
+use crate::config::StoreChoice;
 use crate::worker::Answer;
 use lambda_idempotency::store::Writes;
 use lambda_idempotency::store::memory::MemoryWrites;
@@ -16,6 +17,10 @@ use serde_json::json;
 pub enum AnswersTable {
     /// A table of the in-memory store (local runs; `MemoryStore::table`).
     Memory(String),
+    /// A PostgreSQL table in the records' database, created by the deployment:
+    /// `CREATE TABLE answers (id text PRIMARY KEY, request_id text, answer jsonb NOT NULL)`.
+    #[cfg(feature = "postgres")]
+    Postgres(String),
 }
 
 impl AnswersTable {
@@ -24,6 +29,33 @@ impl AnswersTable {
         let row = json!({"request_id": request_id, "answer": answer});
         match self {
             AnswersTable::Memory(table) => Writes::new(MemoryWrites::new().put(table, id, row)),
+            // An upsert: a record that expired and ran again rewrites its one row.
+            #[cfg(feature = "postgres")]
+            AnswersTable::Postgres(table) => Writes::new(
+                lambda_idempotency::store::postgres::PostgresWrites::new().execute(
+                    format!(
+                        "INSERT INTO {table} (id, request_id, answer) VALUES ($1, $2, ($3::text)::jsonb) \
+                         ON CONFLICT (id) DO UPDATE SET request_id = EXCLUDED.request_id, answer = EXCLUDED.answer"
+                    ),
+                    (
+                        id.to_owned(),
+                        request_id.map(str::to_owned),
+                        row["answer"].to_string(),
+                    ),
+                ),
+            ),
+        }
+    }
+
+    /// The answers table `name` for `store`, if that store can commit it with its records.
+    pub fn for_store(store: &StoreChoice, name: &str) -> Result<Self, String> {
+        match store {
+            StoreChoice::Memory => Ok(AnswersTable::Memory(name.to_owned())),
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres { .. } => Ok(AnswersTable::Postgres(name.to_owned())),
+            other => Err(format!(
+                "ANSWERS_TABLE cannot be written with the records of {other:?} in this build"
+            )),
         }
     }
 }

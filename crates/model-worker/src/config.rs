@@ -866,6 +866,64 @@ mod tests {
     }
 
     #[test]
+    fn an_answers_table_the_store_cannot_commit_fails_the_start_up() {
+        let base = [("MODEL_BASE_URL", "https://m.example")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            config(&vars)
+        };
+        let ok = with(&[
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("ANSWERS_TABLE", "answers"),
+        ])
+        .unwrap();
+        assert_eq!(ok.answers_table.as_deref(), Some("answers"));
+        assert_eq!(
+            with(&[("IDEMPOTENCY_STORE", "memory")])
+                .unwrap()
+                .answers_table,
+            None
+        );
+        for (vars, says) in [
+            (
+                vec![
+                    ("IDEMPOTENCY_STORE", "redis"),
+                    ("REDIS_URL", "redis://h:6379"),
+                    ("ANSWERS_TABLE", "answers"),
+                ],
+                "the Redis store cannot write an answer in the same step",
+            ),
+            (
+                vec![("IDEMPOTENCY_TABLE", "idem"), ("ANSWERS_TABLE", "a b")],
+                "is not a DynamoDB table name",
+            ),
+            (
+                vec![
+                    ("IDEMPOTENCY_STORE", "postgres"),
+                    ("DATABASE_URL", "postgres://h/db"),
+                    ("ANSWERS_TABLE", "answers; DROP TABLE x"),
+                ],
+                "is not a PostgreSQL table name",
+            ),
+        ] {
+            // A build without the store's feature refuses it for that reason instead.
+            let text = with(&vars).unwrap_err().to_string();
+            assert!(
+                text.contains(says) || text.contains("is not one of"),
+                "{vars:?}: {text}"
+            );
+        }
+        assert!(
+            with(&[
+                ("IDEMPOTENCY_TABLE", "idem"),
+                ("ANSWERS_TABLE", "answers-prod.v2")
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
     fn the_old_name_of_the_redis_namespace_fails_the_start_up() {
         let env = [
             ("IDEMPOTENCY_STORE", "memory"),

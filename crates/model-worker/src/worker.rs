@@ -147,6 +147,11 @@ impl Worker {
     pub fn with_answers(mut self, table: AnswersTable) -> Result<Self, Error> {
         match &table {
             AnswersTable::Memory(_) => self.idempotency.check_writes::<MemoryWrites>()?,
+            #[cfg(feature = "postgres")]
+            AnswersTable::Postgres(_) => {
+                self.idempotency
+                    .check_writes::<lambda_idempotency::store::postgres::PostgresWrites>()?
+            }
         }
         self.answers = Some(table);
         Ok(self)
@@ -168,7 +173,11 @@ impl Worker {
     pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
         let idempotency = idempotency_from_config(config).await?;
         let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
-        Ok(Self::new(idempotency, model))
+        let worker = Self::new(idempotency, model);
+        match &config.answers_table {
+            Some(name) => worker.with_answers(AnswersTable::for_store(&config.store, name)?),
+            None => Ok(worker),
+        }
     }
 
     /// The Lambda handler for any of the three sources: the event's `eventSource` decides

@@ -9,7 +9,9 @@ Why the wrapper:
 - moto's DynamoDB backend takes no lock, so two concurrent conditional PutItems on one
   key can both succeed. The wrapper serializes every DynamoDB request, which makes
   conditional writes atomic as they are on the real service.
-- Tests count store round trips. The wrapper counts requests per (table, operation).
+- Tests count store round trips. The wrapper counts requests per (table, operation); a
+  TransactWriteItems counts once for each table its items name, and takes a fault queued
+  for the first of them that has one.
 - Tests inject faults (throttling, 500s, lost answers, slow answers) per (table,
   operation), so a fault test touches only its own table.
 
@@ -146,20 +148,24 @@ class Wrapper:
         operation = target.rpartition(".")[2] if target.startswith("DynamoDB_") else None
         uncounted = environ.get("HTTP_X_TEST_UNCOUNTED") == "1"
         body = read_body(environ)
-        table = ""
+        tables = [""]
         if operation:
             try:
-                table = json.loads(body or b"{}").get("TableName", "")
+                tables = request_tables(json.loads(body or b"{}"))
             except ValueError:
                 pass
+        table = tables[0]
         environ["wsgi.input"] = _Replay(body)
         with LOCK:
             fault = None
             if operation and not uncounted:
-                COUNTS[table][operation] += 1
-                pending = FAULTS.get((table, operation))
-                if pending:
-                    fault = pending.pop(0)
+                for name in tables:
+                    COUNTS[name][operation] += 1
+                for name in tables:
+                    pending = FAULTS.get((name, operation))
+                    if pending:
+                        fault = pending.pop(0)
+                        break
             if fault is None:
                 return self.apply(environ, start_response, table)
             if fault["kind"] in FAULT_BODIES:
@@ -193,6 +199,20 @@ class Wrapper:
         headers = [(k, v) for k, v in captured["headers"] if k.lower() not in ("content-length", "x-amz-crc32")]
         start_response(captured["status"], headers + [("Content-Length", str(len(body)))])
         return [body]
+
+
+def request_tables(request):
+    """The tables a DynamoDB request names: its TableName, or for a transaction each
+    table its items name, in order, once each ([""] when none)."""
+    if "TransactItems" in request:
+        tables = []
+        for item in request["TransactItems"]:
+            for op in item.values():
+                name = op.get("TableName", "") if isinstance(op, dict) else ""
+                if name not in tables:
+                    tables.append(name)
+        return tables or [""]
+    return [request.get("TableName", "")]
 
 
 def read_body(environ):

@@ -9,7 +9,11 @@ use lambda_idempotency::{
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use test_support::TestTable;
+use test_support::{Emulator, TestTable};
+
+#[path = "support/dynamodb_writes.rs"]
+mod dynamodb_writes;
+use dynamodb_writes::DynamoDbKit;
 
 fn dynamo_op(op: StoreOp) -> &'static str {
     match op {
@@ -51,11 +55,12 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_dynamodb_store_keeps_the_whole_contract() {
     let (table, store) = store("conformance").await;
+    let kit = DynamoDbKit::create(Emulator::Moto, "conformance").await;
     conformance::run_whole_contract(
         store,
         async |op| table.inject(dynamo_op(op), "throttle", 1).await,
         12,
-        None,
+        Some(&kit),
     )
     .await;
 }
@@ -484,4 +489,136 @@ async fn an_expired_in_progress_item_with_a_null_lease_is_claimable() {
         .expect("expired since 1970 without a lease: claimable");
     assert_eq!(outcome, Outcome::TookOver);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// The answer persisted with its record: a first delivery costs the claim and one
+/// `TransactWriteItems`, a duplicate one `PutItem` and writes nothing again.
+#[tokio::test]
+async fn writes_commit_with_the_completion_in_one_transaction() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put};
+    use lambda_idempotency::WithWrites;
+    use lambda_idempotency::store::dynamodb::DynamoDbWrites;
+
+    let (table, store) = store("writes-counts").await;
+    let answers = TestTable::create("writes-counts-answers").await;
+    let idem = Idempotency::new(store);
+    idem.check_writes::<DynamoDbWrites>().unwrap();
+    let calls = AtomicU32::new(0);
+    let deliver = |id: &'static str| {
+        let (idem, calls, answers) = (&idem, &calls, &answers);
+        async move {
+            idem.execute_committing(&op(), &payload(id), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let put = Put::builder()
+                    .table_name(&answers.name)
+                    .item("id", AttributeValue::S(id.into()))
+                    .item("answer", AttributeValue::S("answer".into()))
+                    .condition_expression("attribute_not_exists(id)")
+                    .build()
+                    .unwrap();
+                Ok::<_, String>(WithWrites::new(
+                    "answer".to_string(),
+                    DynamoDbWrites::new().put(put),
+                ))
+            })
+            .await
+        }
+    };
+
+    let (_, outcome) = deliver("w").await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    let counts = table.counts().await;
+    assert_eq!(counts.get("PutItem"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("TransactWriteItems"), Some(&1), "{counts:?}");
+    assert_eq!(
+        table.item_requests().await,
+        2,
+        "first delivery with its answer persisted: PutItem + TransactWriteItems"
+    );
+    assert!(
+        answers.get_raw("w").await.is_some(),
+        "the answer is written"
+    );
+
+    table.reset().await;
+    let (_, outcome) = deliver("w").await.unwrap();
+    assert_eq!(outcome, Outcome::Replayed);
+    assert_eq!(table.item_requests().await, 1, "duplicate: one PutItem");
+
+    // The transaction applied, its answer lost: the retry finds the record completed with
+    // its own token and succeeds; the answer is written once (its condition would refuse
+    // a second write), the function ran once.
+    table.reset().await;
+    table
+        .inject("TransactWriteItems", "applied_internal", 1)
+        .await;
+    let (_, outcome) = deliver("lost").await.unwrap();
+    assert_eq!(outcome, Outcome::Executed);
+    assert_eq!(
+        table.counts().await.get("TransactWriteItems"),
+        Some(&2),
+        "one applied and lost, one that found it applied"
+    );
+    let record = table
+        .get_raw(&idem.idempotency_id(&op(), &payload("lost")).unwrap())
+        .await;
+    assert_eq!(record.unwrap()["status"].as_s().unwrap(), "COMPLETED");
+    assert!(answers.get_raw("lost").await.is_some());
+
+    // A write whose condition fails: refused by index and table, the claim released.
+    let refused = deliver("w2");
+    answers
+        .client
+        .put_item()
+        .table_name(&answers.name)
+        .item("id", AttributeValue::S("w2".into()))
+        .send()
+        .await
+        .unwrap();
+    let answer = refused.await;
+    match answer {
+        Err(ExecuteError::Idempotency(Error::WritesRefused { reason, .. })) => {
+            assert!(reason.contains("write 0"), "{reason}");
+            assert!(reason.contains(&answers.name), "{reason}");
+        }
+        other => panic!("a failed condition refuses the writes, got {other:?}"),
+    }
+    let id = idem.idempotency_id(&op(), &payload("w2")).unwrap();
+    assert!(table.get_raw(&id).await.is_none(), "the claim is released");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+/// More than DynamoDB takes in one transaction is refused before any request is sent.
+#[tokio::test]
+async fn writes_past_the_transaction_limits_are_refused_before_sending() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put};
+    use lambda_idempotency::store::dynamodb::DynamoDbWrites;
+    use lambda_idempotency::store::{Claim, IdempotencyStore, Writes};
+
+    let (table, store) = store("writes-limits").await;
+    let put = |i: usize, bytes: usize| {
+        Put::builder()
+            .table_name("answers")
+            .item("id", AttributeValue::S(format!("k{i}")))
+            .item("v", AttributeValue::S("x".repeat(bytes)))
+            .build()
+            .unwrap()
+    };
+    let too_many = (0..100).fold(DynamoDbWrites::new(), |w, i| w.put(put(i, 1)));
+    let too_large = (0..11).fold(DynamoDbWrites::new(), |w, i| w.put(put(i, 390_000)));
+    let now = std::time::SystemTime::now();
+    for (what, writes) in [("100 writes", too_many), ("about 4.3 MB", too_large)] {
+        let claim = Claim::new("f.op#limits", now, now + Duration::from_secs(30), "t1");
+        store.claim(&claim).await.unwrap();
+        table.reset().await;
+        let answer = store
+            .complete_with(&claim, Some("1"), now, &Writes::new(writes))
+            .await;
+        assert!(
+            matches!(answer, Err(Error::WritesRefused { .. })),
+            "{what}: {answer:?}"
+        );
+        assert_eq!(table.item_requests().await, 0, "{what}: nothing sent");
+        store.release(&claim).await.unwrap();
+    }
 }

@@ -258,13 +258,20 @@ impl TestTable {
         serde_json::from_value(body).expect("counts are a map")
     }
 
-    /// Requests to the item operations (Put, Update, Delete, Get) since the last reset.
+    /// Requests to the item operations (Put, Update, Delete, Get, and TransactWriteItems,
+    /// counted on each table it names) since the last reset.
     pub async fn item_requests(&self) -> u64 {
         let counts = self.counts().await;
-        ["PutItem", "UpdateItem", "DeleteItem", "GetItem"]
-            .iter()
-            .map(|op| counts.get(*op).copied().unwrap_or(0))
-            .sum()
+        [
+            "PutItem",
+            "UpdateItem",
+            "DeleteItem",
+            "GetItem",
+            "TransactWriteItems",
+        ]
+        .iter()
+        .map(|op| counts.get(*op).copied().unwrap_or(0))
+        .sum()
     }
 
     /// Clears this table's counters and pending faults.

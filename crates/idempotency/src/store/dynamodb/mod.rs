@@ -51,10 +51,12 @@ mod item;
 mod names;
 mod requests;
 mod table;
+mod writes;
 
 pub use names::AttributeNames;
+pub use writes::DynamoDbWrites;
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, Writes};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use aws_sdk_dynamodb::Client;
@@ -210,6 +212,17 @@ impl IdempotencyStore for DynamoDbStore {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.send_completion(claim, data, expiration))
+    }
+
+    /// One `TransactWriteItems`: the completion, then the writes ([`DynamoDbWrites`]).
+    fn complete_with<'a>(
+        &'a self,
+        claim: &'a Claim,
+        data: Option<&'a str>,
+        expiration: SystemTime,
+        writes: &'a Writes,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.send_completion_with(claim, data, expiration, writes))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<(), Error>> {

@@ -1,5 +1,6 @@
 //! The store's four requests: the claim (`PutItem`), the completion (`UpdateItem`), the
-//! release (`DeleteItem`) and the read (`GetItem`), each on the record's primary key.
+//! release (`DeleteItem`) and the read (`GetItem`), each on the record's primary key. The
+//! completion with the function's writes (`TransactWriteItems`) is in `writes.rs`.
 
 use super::item::{millis, secs};
 use super::{CLAIM_CONDITION, DynamoDbStore};
@@ -10,7 +11,16 @@ use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use std::collections::HashMap;
 use std::time::SystemTime;
+
+/// The completion's parts ([`DynamoDbStore::completion_parts`]).
+pub(super) struct CompletionParts {
+    pub(super) key: HashMap<String, AttributeValue>,
+    pub(super) update_expression: &'static str,
+    pub(super) names: HashMap<String, String>,
+    pub(super) values: HashMap<String, AttributeValue>,
+}
 
 impl DynamoDbStore {
     pub(super) async fn send_claim(&self, claim: &Claim) -> Result<ClaimOutcome, Error> {
@@ -92,41 +102,73 @@ impl DynamoDbStore {
         ))
     }
 
+    /// The completion's key, update expression, names and values: one `UpdateItem` on
+    /// its own, or item 0 of a `TransactWriteItems` with the function's writes.
+    pub(super) fn completion_parts(
+        &self,
+        claim: &Claim,
+        data: Option<&str>,
+        expiration: SystemTime,
+    ) -> CompletionParts {
+        let n = &self.names;
+        let names = [
+            ("#tok", &n.lease_token),
+            ("#status", &n.status),
+            ("#exp", &n.expiration),
+            ("#data", &n.data),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.clone()))
+        .collect();
+        let mut values: HashMap<String, AttributeValue> = [
+            (":tok", AttributeValue::S(claim.lease_token.clone())),
+            (
+                ":completed",
+                AttributeValue::S(Status::Completed.as_str().into()),
+            ),
+            (":exp", secs(expiration)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let update_expression = match data {
+            Some(data) => {
+                values.insert(":data".into(), AttributeValue::S(data.to_owned()));
+                "SET #status = :completed, #exp = :exp, #data = :data"
+            }
+            None => "SET #status = :completed, #exp = :exp REMOVE #data",
+        };
+        CompletionParts {
+            key: self.layout.key(n, &claim.id),
+            update_expression,
+            names,
+            values,
+        }
+    }
+
     pub(super) async fn send_completion(
         &self,
         claim: &Claim,
         data: Option<&str>,
         expiration: SystemTime,
     ) -> Result<(), Error> {
-        let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
-        let n = &self.names;
+        let parts = self.completion_parts(claim, data, expiration);
         let update = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.layout.key(n, id)))
+            .set_key(Some(parts.key))
             .condition_expression("#tok = :tok")
-            .expression_attribute_names("#tok", &n.lease_token)
-            .expression_attribute_names("#status", &n.status)
-            .expression_attribute_names("#exp", &n.expiration)
-            .expression_attribute_names("#data", &n.data)
-            .expression_attribute_values(":tok", AttributeValue::S(token.to_owned()))
-            .expression_attribute_values(
-                ":completed",
-                AttributeValue::S(Status::Completed.as_str().into()),
-            )
-            .expression_attribute_values(":exp", secs(expiration));
-        let update = match data {
-            Some(data) => update
-                .update_expression("SET #status = :completed, #exp = :exp, #data = :data")
-                .expression_attribute_values(":data", AttributeValue::S(data.to_owned())),
-            None => update.update_expression("SET #status = :completed, #exp = :exp REMOVE #data"),
-        };
+            .update_expression(parts.update_expression)
+            .set_expression_attribute_names(Some(parts.names))
+            .set_expression_attribute_values(Some(parts.values));
         match update.send().await {
             Ok(_) => Ok(()),
             Err(err) => match err.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
-                    Err(Error::LeaseLost { key: id.to_owned() })
+                    Err(Error::LeaseLost {
+                        key: claim.id.clone(),
+                    })
                 }
                 _ => Err(self.request_error(err).await),
             },

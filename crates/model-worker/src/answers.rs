@@ -5,7 +5,9 @@
 
 use crate::config::StoreChoice;
 use crate::worker::Answer;
+use aws_sdk_dynamodb::types::{AttributeValue, Put};
 use lambda_idempotency::store::Writes;
+use lambda_idempotency::store::dynamodb::DynamoDbWrites;
 use lambda_idempotency::store::memory::MemoryWrites;
 use serde_json::json;
 
@@ -17,6 +19,9 @@ use serde_json::json;
 pub enum AnswersTable {
     /// A table of the in-memory store (local runs; `MemoryStore::table`).
     Memory(String),
+    /// A DynamoDB table with the partition key `id` (a string), written in the same
+    /// `TransactWriteItems` as the record's completion.
+    DynamoDb(String),
     /// A PostgreSQL table in the records' database, created by the deployment:
     /// `CREATE TABLE answers (id text PRIMARY KEY, request_id text, answer jsonb NOT NULL)`.
     #[cfg(feature = "postgres")]
@@ -25,10 +30,26 @@ pub enum AnswersTable {
 
 impl AnswersTable {
     /// The writes that persist `answer` for the request stored under `id`.
-    pub fn writes(&self, id: &str, request_id: Option<&str>, answer: &Answer) -> Writes {
+    pub fn writes(
+        &self,
+        id: &str,
+        request_id: Option<&str>,
+        answer: &Answer,
+    ) -> Result<Writes, lambda_runtime::Error> {
         let row = json!({"request_id": request_id, "answer": answer});
-        match self {
+        Ok(match self {
             AnswersTable::Memory(table) => Writes::new(MemoryWrites::new().put(table, id, row)),
+            // A put: a record that expired and ran again rewrites its one item.
+            AnswersTable::DynamoDb(table) => {
+                let mut put = Put::builder()
+                    .table_name(table)
+                    .item("id", AttributeValue::S(id.to_owned()))
+                    .item("answer", AttributeValue::S(row["answer"].to_string()));
+                if let Some(request_id) = request_id {
+                    put = put.item("request_id", AttributeValue::S(request_id.to_owned()));
+                }
+                Writes::new(DynamoDbWrites::new().put(put.build()?))
+            }
             // An upsert: a record that expired and ran again rewrites its one row.
             #[cfg(feature = "postgres")]
             AnswersTable::Postgres(table) => Writes::new(
@@ -44,13 +65,14 @@ impl AnswersTable {
                     ),
                 ),
             ),
-        }
+        })
     }
 
     /// The answers table `name` for `store`, if that store can commit it with its records.
     pub fn for_store(store: &StoreChoice, name: &str) -> Result<Self, String> {
         match store {
             StoreChoice::Memory => Ok(AnswersTable::Memory(name.to_owned())),
+            StoreChoice::DynamoDb { .. } => Ok(AnswersTable::DynamoDb(name.to_owned())),
             #[cfg(feature = "postgres")]
             StoreChoice::Postgres { .. } => Ok(AnswersTable::Postgres(name.to_owned())),
             other => Err(format!(

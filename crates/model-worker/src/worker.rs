@@ -147,6 +147,10 @@ impl Worker {
     pub fn with_answers(mut self, table: AnswersTable) -> Result<Self, Error> {
         match &table {
             AnswersTable::Memory(_) => self.idempotency.check_writes::<MemoryWrites>()?,
+            AnswersTable::DynamoDb(_) => {
+                self.idempotency
+                    .check_writes::<lambda_idempotency::store::dynamodb::DynamoDbWrites>()?
+            }
             #[cfg(feature = "postgres")]
             AnswersTable::Postgres(_) => {
                 self.idempotency
@@ -338,7 +342,7 @@ impl Worker {
                 let id = self
                     .idempotency
                     .idempotency_id(&Self::operation(), &serde_json::to_value(&request)?)?;
-                table.writes(&id, request.request_id.as_deref(), &answer)
+                table.writes(&id, request.request_id.as_deref(), &answer)?
             }
             None => Writes::default(),
         };

@@ -91,143 +91,190 @@ enum Kill {
     BeforeTheAcknowledgement,
 }
 
-/// Over the PostgreSQL store (the in-memory one too): a worker killed at each point, then
-/// the message delivered again after its lease. The answers table and the records never
-/// disagree: one row per request, holding what its completed record stores; the provider
-/// is asked again only when the kill lost its answer before the commit.
-#[tokio::test]
-async fn a_worker_killed_between_the_answer_and_the_acknowledgement_never_leaves_them_disagreeing()
-{
-    use lambda_idempotency::store::StoreOp;
-    use lambda_idempotency::store::faulty::{Fault, FaultyStore};
-    use lambda_idempotency::{Idempotency, MemoryStore};
-    use model_worker::{AnswersTable, ModelClient};
-    use std::time::Duration;
+/// The stores that commit an answer with its record, as the kill test uses them: the store
+/// (behind the fault wrapper), its answers table, and how to read that table back.
+#[allow(clippy::large_enum_variant)]
+enum Answers {
+    Memory(lambda_idempotency::MemoryStore),
+    Postgres(PostgresStore, tokio_postgres::Client, String, String),
+    DynamoDb(lambda_idempotency::DynamoDbStore, test_support::TestTable),
+}
 
-    let (url, schema) = (postgres_url(), postgres_schema());
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let single = include_str!("../../../events/single-request.json");
-    for kill in [
-        Kill::BeforeTheCommit,
-        Kill::DuringTheCommit,
-        Kill::BeforeTheAcknowledgement,
-    ] {
-        for over_postgres in [true, false] {
-            let provider = ProviderStub::start().await.unwrap();
-            let answers = format!("{schema}.answers_{}", unique("kill"));
-            let records = format!("{schema}.idem_{}", unique("kill"));
-            let memory = MemoryStore::new();
-            let postgres = PostgresStore::from_url(&url, &records).unwrap();
-            let worker_over = |faulty: &dyn Fn() -> Idempotency| {
-                let model = ModelClient::new(&provider.base_url(), None).unwrap();
-                Worker::new(faulty(), model)
-            };
-            let (faulty_pg, faulty_mem) = (
-                FaultyStore::new(postgres.clone()),
-                FaultyStore::new(memory.clone()),
-            );
-            let build = || {
-                let builder = if over_postgres {
-                    Idempotency::builder(faulty_pg.clone())
-                } else {
-                    Idempotency::builder(faulty_mem.clone())
-                };
-                builder
-                    .lease(Duration::from_secs(1))
-                    .store_attempt_timeout(Duration::from_millis(300))
-                    .build()
-            };
-            let table = if over_postgres {
-                postgres.create_table().await.unwrap();
+impl Answers {
+    async fn open(kind: &str) -> Answers {
+        match kind {
+            "memory" => Answers::Memory(lambda_idempotency::MemoryStore::new()),
+            "postgres" => {
+                let (url, schema) = (postgres_url(), postgres_schema());
+                let records = format!("{schema}.idem_{}", unique("kill"));
+                let answers = format!("{schema}.answers_{}", unique("kill"));
+                let store = PostgresStore::from_url(&url, &records).unwrap();
+                store
+                    .create_table()
+                    .await
+                    .expect("PostgreSQL at POSTGRES_TEST_URL");
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
                 client
                     .batch_execute(&format!(
                         "CREATE TABLE {answers} (id text PRIMARY KEY, request_id text, answer jsonb NOT NULL)"
                     ))
                     .await
                     .unwrap();
-                AnswersTable::Postgres(answers.clone())
-            } else {
-                AnswersTable::Memory("answers".into())
-            };
-            let worker = worker_over(&build).with_answers(table.clone()).unwrap();
-            let faults = |fault| {
-                faulty_pg.inject(StoreOp::Complete, fault, 1);
-                faulty_mem.inject(StoreOp::Complete, fault, 1);
+                Answers::Postgres(store, client, records, answers)
+            }
+            _ => {
+                let records = test_support::TestTable::create("kill").await;
+                let answers = test_support::TestTable::create("kill-answers").await;
+                let store =
+                    lambda_idempotency::DynamoDbStore::new(records.client.clone(), &records.name);
+                Answers::DynamoDb(store, answers)
+            }
+        }
+    }
+
+    fn store(&self) -> std::sync::Arc<dyn IdempotencyStore> {
+        match self {
+            Answers::Memory(s) => std::sync::Arc::new(s.clone()),
+            Answers::Postgres(s, ..) => std::sync::Arc::new(s.clone()),
+            Answers::DynamoDb(s, ..) => std::sync::Arc::new(s.clone()),
+        }
+    }
+
+    fn table(&self) -> model_worker::AnswersTable {
+        match self {
+            Answers::Memory(_) => model_worker::AnswersTable::Memory("answers".into()),
+            Answers::Postgres(_, _, _, answers) => {
+                model_worker::AnswersTable::Postgres(answers.clone())
+            }
+            Answers::DynamoDb(_, answers) => {
+                model_worker::AnswersTable::DynamoDb(answers.name.clone())
+            }
+        }
+    }
+
+    /// Every row: the record's id and the answer as JSON.
+    async fn rows(&self) -> Vec<(String, Value)> {
+        match self {
+            Answers::Memory(s) => s
+                .table("answers")
+                .into_iter()
+                .map(|(id, row)| (id, row["answer"].clone()))
+                .collect(),
+            Answers::Postgres(_, client, _, answers) => client
+                .query(&format!("SELECT id, answer::text FROM {answers}"), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), serde_json::from_str(r.get::<_, &str>(1)).unwrap()))
+                .collect(),
+            Answers::DynamoDb(_, answers) => answers
+                .client
+                .scan()
+                .table_name(&answers.name)
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .items()
+                .iter()
+                .map(|item| {
+                    let text = |name: &str| item[name].as_s().unwrap().clone();
+                    (text("id"), serde_json::from_str(&text("answer")).unwrap())
+                })
+                .collect(),
+        }
+    }
+
+    async fn close(self) {
+        if let Answers::Postgres(_, client, records, answers) = self {
+            client
+                .batch_execute(&format!("DROP TABLE {answers}; DROP TABLE {records}"))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Over every store that commits an answer with its record: a worker killed at each point,
+/// then the message delivered again after its lease. The answers table and the records
+/// never disagree: one row per request, holding what its completed record stores; the
+/// provider is asked again only when the kill lost its answer before the commit.
+#[tokio::test]
+async fn a_worker_killed_between_the_answer_and_the_acknowledgement_never_leaves_them_disagreeing()
+{
+    use lambda_idempotency::Idempotency;
+    use lambda_idempotency::store::StoreOp;
+    use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+    use model_worker::ModelClient;
+    use std::time::Duration;
+
+    let single = include_str!("../../../events/single-request.json");
+    for kind in ["memory", "postgres", "dynamodb"] {
+        for kill in [
+            Kill::BeforeTheCommit,
+            Kill::DuringTheCommit,
+            Kill::BeforeTheAcknowledgement,
+        ] {
+            let provider = ProviderStub::start().await.unwrap();
+            let answers = Answers::open(kind).await;
+            let faulty = FaultyStore::new(answers.store());
+            let worker = || {
+                let idempotency = Idempotency::builder(faulty.clone())
+                    .lease(Duration::from_secs(1))
+                    .store_attempt_timeout(Duration::from_millis(300))
+                    .build();
+                let model = ModelClient::new(&provider.base_url(), None).unwrap();
+                Worker::new(idempotency, model)
+                    .with_answers(answers.table())
+                    .unwrap()
             };
             // The first delivery, and the process killed where `kill` says.
             match kill {
-                Kill::BeforeTheCommit => faults(Fault::Hang),
-                Kill::DuringTheCommit => faults(Fault::LateApply(Duration::from_millis(50))),
+                Kill::BeforeTheCommit => faulty.inject(StoreOp::Complete, Fault::Hang, 1),
+                Kill::DuringTheCommit => faulty.inject(
+                    StoreOp::Complete,
+                    Fault::LateApply(Duration::from_millis(50)),
+                    1,
+                ),
                 Kill::BeforeTheAcknowledgement => {}
             }
             let first =
-                tokio::time::timeout(Duration::from_millis(200), worker.process(event(single)))
+                tokio::time::timeout(Duration::from_millis(250), worker().process(event(single)))
                     .await;
             match kill {
-                Kill::BeforeTheAcknowledgement => assert!(first.is_ok(), "it finished"),
-                _ => assert!(first.is_err(), "{kill:?}: killed mid-way"),
+                Kill::BeforeTheAcknowledgement => assert!(first.is_ok(), "{kind}: it finished"),
+                _ => assert!(first.is_err(), "{kind} {kill:?}: killed mid-way"),
             }
-            drop(worker);
             // Lambda delivers the message again after the visibility timeout; a new
             // process takes the record over once its lease has ended.
             tokio::time::sleep(Duration::from_millis(1300)).await;
-            let worker = worker_over(&build).with_answers(table.clone()).unwrap();
-            let again = worker.process(event(single)).await;
+            let again = worker().process(event(single)).await;
             assert!(
                 again.records[0].result.is_ok(),
-                "{kill:?}: {:?}",
+                "{kind} {kill:?}: {:?}",
                 again.records[0].result
             );
-
-            let rows: Vec<(String, Value)> = if over_postgres {
-                client
-                    .query(&format!("SELECT id, answer::text FROM {answers}"), &[])
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|r| (r.get(0), serde_json::from_str(r.get::<_, &str>(1)).unwrap()))
-                    .collect()
-            } else {
-                memory
-                    .table("answers")
-                    .into_iter()
-                    .map(|(id, row)| (id, row["answer"].clone()))
-                    .collect()
-            };
-            assert_eq!(
-                rows.len(),
-                1,
-                "{kill:?} over_postgres={over_postgres}: one row"
-            );
-            let record = if over_postgres {
-                postgres.get(&rows[0].0).await.unwrap()
-            } else {
-                memory.record(&rows[0].0)
-            }
-            .expect("the row's record");
+            let rows = answers.rows().await;
+            assert_eq!(rows.len(), 1, "{kind} {kill:?}: one row: {rows:?}");
+            let record = faulty
+                .get(&rows[0].0)
+                .await
+                .unwrap()
+                .expect("the row's record");
             assert_eq!(
                 serde_json::from_str::<Value>(record.data.as_deref().unwrap()).unwrap(),
                 rows[0].1,
-                "{kill:?}: the row holds what the record stores"
+                "{kind} {kill:?}: the row holds what the record stores"
             );
             let calls = match kill {
                 Kill::BeforeTheCommit => 2,
                 _ => 1,
             };
-            assert_eq!(
-                provider.completion_calls(),
-                calls,
-                "{kill:?} over_postgres={over_postgres}"
-            );
-            if over_postgres {
-                client
-                    .batch_execute(&format!("DROP TABLE {answers}; DROP TABLE {records}"))
-                    .await
-                    .unwrap();
-            }
+            assert_eq!(provider.completion_calls(), calls, "{kind} {kill:?}");
+            answers.close().await;
         }
     }
 }

@@ -62,7 +62,15 @@ ALLOWED_STATEMENTS = {
     ("HasApiKeySecret", frozenset({"secretsmanager:GetSecretValue"}), json.dumps({"Ref": "ModelApiKeySecretArn"})),
     ("HasSecretKmsKey", frozenset({"kms:Decrypt"}), json.dumps({"Ref": "ModelApiKeySecretKmsKeyArn"})),
 }
+# The worker's one more: the answer's Put in the completion's transaction, on its answers
+# table (the function that has ANSWERS_TABLE, on that table only).
+ANSWERS_STATEMENT = (
+    None,
+    frozenset({"dynamodb:PutItem"}),
+    json.dumps({"Fn::GetAtt": ["AnswersTable", "Arn"]}),
+)
 REQUIRED_OUTPUTS = {
+    "AnswersTableName",
     "RequestQueueUrl",
     "RequestQueueArn",
     "DeadLetterQueueUrl",
@@ -296,11 +304,14 @@ def least_privilege_of(cfn: dict, function: str) -> list:
             resource = s.get("Resource")
             for r in resource if isinstance(resource, list) else [resource]:
                 found.add((condition, actions, json.dumps(r)))
-    for condition, actions, resource in sorted(found - ALLOWED_STATEMENTS, key=str):
+    allowed = set(ALLOWED_STATEMENTS)
+    if function_env(cfn, function).get("ANSWERS_TABLE") == {"Ref": "AnswersTable"}:
+        allowed.add(ANSWERS_STATEMENT)
+    for condition, actions, resource in sorted(found - allowed, key=str):
         problems.append(
             f"not allowed: {sorted(actions)} on {resource}" + (f" (if {condition})" if condition else "")
         )
-    for condition, actions, resource in sorted(ALLOWED_STATEMENTS - found, key=str):
+    for condition, actions, resource in sorted(allowed - found, key=str):
         problems.append(f"missing: {sorted(actions)} on {resource}" + (f" (if {condition})" if condition else ""))
     for other in set(resources(cfn, "AWS::IAM::Policy")) | set(resources(cfn, "AWS::IAM::ManagedPolicy")):
         problems.append(f"extra policy resource {other}")
@@ -308,29 +319,34 @@ def least_privilege_of(cfn: dict, function: str) -> list:
 
 
 def check_table_kept(cfn: dict) -> list:
+    """Both tables survive the stack and a mistake (retained, deletion protection, point-in-time
+    recovery, on demand, keyed by `id`); the records expire through the table's TTL; the
+    worker is given both, and writes its answers beside its records."""
     tables = resources(cfn, "AWS::DynamoDB::Table")
-    if len(tables) != 1:
-        return [f"expected one table, found {len(tables)}"]
-    name, table = next(iter(tables.items()))
-    p = table["Properties"]
+    if set(tables) != {"IdempotencyTable", "AnswersTable"}:
+        return [f"expected the tables IdempotencyTable and AnswersTable, found {sorted(tables)}"]
     problems = []
-    for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
-        if table.get(policy) != "Retain":
-            problems.append(f"{name}: {policy} is not Retain")
-    if p.get("DeletionProtectionEnabled") is not True:
-        problems.append(f"{name}: deletion protection is off")
-    if p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is not True:
-        problems.append(f"{name}: point-in-time recovery is off")
-    ttl = p.get("TimeToLiveSpecification", {})
+    for name, table in tables.items():
+        p = table["Properties"]
+        for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
+            if table.get(policy) != "Retain":
+                problems.append(f"{name}: {policy} is not Retain")
+        if p.get("DeletionProtectionEnabled") is not True:
+            problems.append(f"{name}: deletion protection is off")
+        if p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") is not True:
+            problems.append(f"{name}: point-in-time recovery is off")
+        if p.get("KeySchema") != [{"AttributeName": "id", "KeyType": "HASH"}]:
+            problems.append(f"{name}: the key is not `id` alone")
+        if p.get("BillingMode") != "PAY_PER_REQUEST":
+            problems.append(f"{name}: not on-demand")
+    ttl = tables["IdempotencyTable"]["Properties"].get("TimeToLiveSpecification", {})
     if ttl != {"AttributeName": "expiration", "Enabled": True}:
-        problems.append(f"{name}: TTL is not on `expiration`")
-    if p.get("KeySchema") != [{"AttributeName": "id", "KeyType": "HASH"}]:
-        problems.append(f"{name}: the key is not `id` alone")
-    if p.get("BillingMode") != "PAY_PER_REQUEST":
-        problems.append(f"{name}: not on-demand")
+        problems.append("IdempotencyTable: TTL is not on `expiration`")
     env = function_env(cfn, sqs_mapping(cfn)[1])
-    if env.get("IDEMPOTENCY_TABLE") != {"Ref": name}:
-        problems.append(f"the function is not given {name} as IDEMPOTENCY_TABLE")
+    if env.get("IDEMPOTENCY_TABLE") != {"Ref": "IdempotencyTable"}:
+        problems.append("the function is not given IdempotencyTable as IDEMPOTENCY_TABLE")
+    if env.get("ANSWERS_TABLE") != {"Ref": "AnswersTable"}:
+        problems.append("the function is not given AnswersTable as ANSWERS_TABLE")
     return problems
 
 
@@ -467,7 +483,7 @@ def check_http_api_callers_identified(cfn: dict) -> list:
     if function not in functions(cfn):
         return problems + [f"the Function URL targets {function}, no function of this template"]
     env = function_env(cfn, function)
-    table = next(iter(resources(cfn, "AWS::DynamoDB::Table")), None)
+    table = "IdempotencyTable"
     if env.get("IDEMPOTENCY_TABLE") != {"Ref": table}:
         problems.append(f"{function} is not given the table {table}")
     if "IDEMPOTENCY_WAIT_FOR_IN_PROGRESS_MS" not in env:
@@ -575,8 +591,26 @@ SEEDED_MISTAKES = [
     ),
     (
         "the table deleted with the stack",
-        r"DeletionPolicy: Retain",
+        r"DeletionPolicy: Retain(?=[\s\S]*\n  AnswersTable:\n)",
         "DeletionPolicy: Delete",
+        check_table_kept,
+    ),
+    (
+        "the answers table deleted with the stack",
+        r"(AnswersTable:\n\s+Type: AWS::DynamoDB::Table\n(?:\s+#.*\n)*\s+)DeletionPolicy: Retain",
+        r"\1DeletionPolicy: Delete",
+        check_table_kept,
+    ),
+    (
+        "the worker may not write its answers",
+        r"\n\s+- Effect: Allow\n\s+Action: dynamodb:PutItem\n\s+Resource: !GetAtt AnswersTable.Arn",
+        "",
+        check_least_privilege,
+    ),
+    (
+        "the worker without its answers table",
+        r"\n\s+ANSWERS_TABLE: !Ref AnswersTable",
+        "",
         check_table_kept,
     ),
     (

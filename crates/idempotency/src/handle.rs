@@ -382,15 +382,18 @@ impl Idempotency {
     /// at start-up, so a store that cannot (another store's writes, Redis) fails the init
     /// instead of every message.
     pub fn check_writes<W: StoreWrites>(&self) -> Result<(), Error> {
-        let store = self.engine.store.name();
-        if store == W::STORE {
-            Ok(())
+        let store = if self.engine.config.disabled {
+            // Nothing would commit them: every call would pay, then fail.
+            "disabled idempotency"
+        } else if self.engine.store.commits_writes(W::STORE) {
+            return Ok(());
         } else {
-            Err(Error::WritesUnsupported {
-                store,
-                writes: W::STORE,
-            })
-        }
+            self.engine.store.name()
+        };
+        Err(Error::WritesUnsupported {
+            store,
+            writes: W::STORE,
+        })
     }
 
     /// [`execute_inner`](Self::execute_inner), counting its outcome only if `counted`: a

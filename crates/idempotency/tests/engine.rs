@@ -568,3 +568,33 @@ async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
         assert_eq!(record.status, Status::Completed, "{name}");
     }
 }
+
+#[test]
+fn check_writes_asks_the_store_through_its_wrappers_and_refuses_a_disabled_handle() {
+    use lambda_idempotency::store::faulty::FaultyStore;
+    use lambda_idempotency::store::memory::MemoryWrites;
+    struct Elsewhere;
+    impl lambda_idempotency::store::StoreWrites for Elsewhere {
+        const STORE: &'static str = "elsewhere";
+        fn is_empty(&self) -> bool {
+            true
+        }
+    }
+    let store = MemoryStore::new();
+    let wrapped = Idempotency::new(std::sync::Arc::new(FaultyStore::new(store.clone())));
+    assert!(wrapped.check_writes::<MemoryWrites>().is_ok());
+    let other = wrapped.check_writes::<Elsewhere>().unwrap_err();
+    assert!(
+        matches!(
+            other,
+            Error::WritesUnsupported {
+                store: "memory",
+                writes: "elsewhere"
+            }
+        ),
+        "{other:?}"
+    );
+    let disabled = Idempotency::builder(store).disabled(true).build();
+    let refused = disabled.check_writes::<MemoryWrites>().unwrap_err();
+    assert!(refused.to_string().contains("disabled"), "{refused}");
+}

@@ -55,8 +55,9 @@ impl AnswersTable {
             AnswersTable::Postgres(table) => Writes::new(
                 lambda_idempotency::store::postgres::PostgresWrites::new().execute(
                     format!(
-                        "INSERT INTO {table} (id, request_id, answer) VALUES ($1, $2, ($3::text)::jsonb) \
-                         ON CONFLICT (id) DO UPDATE SET request_id = EXCLUDED.request_id, answer = EXCLUDED.answer"
+                        "INSERT INTO {} (id, request_id, answer) VALUES ($1, $2, ($3::text)::jsonb) \
+                         ON CONFLICT (id) DO UPDATE SET request_id = EXCLUDED.request_id, answer = EXCLUDED.answer",
+                        quoted(table)
                     ),
                     (
                         id.to_owned(),
@@ -79,5 +80,26 @@ impl AnswersTable {
                 "ANSWERS_TABLE cannot be written with the records of {other:?} in this build"
             )),
         }
+    }
+}
+
+/// `table` (`name` or `schema.name`) as quoted identifiers: a reserved word or another
+/// case is the table as written, never SQL.
+#[cfg(feature = "postgres")]
+fn quoted(table: &str) -> String {
+    table
+        .split('.')
+        .map(|part| format!("\"{}\"", part.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    #[test]
+    fn a_table_name_is_quoted_as_written() {
+        assert_eq!(super::quoted("user"), r#""user""#);
+        assert_eq!(super::quoted("app.Answers"), r#""app"."Answers""#);
+        assert_eq!(super::quoted(r#"a"b"#), r#""a""b""#);
     }
 }

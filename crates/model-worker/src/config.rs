@@ -391,6 +391,15 @@ fn answers_table_problem(store: &StoreChoice, table: &str) -> Option<String> {
             && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && part.len() <= 63
     };
+    let records = match store {
+        StoreChoice::DynamoDb { table, .. } | StoreChoice::Postgres { table, .. } => Some(table),
+        _ => None,
+    };
+    if records.is_some_and(|records| records == table) {
+        return Some(format!(
+            "ANSWERS_TABLE={table:?} is the idempotency table itself: give the answers a table of their own"
+        ));
+    }
     match store {
         StoreChoice::Redis { .. } => Some(
             "ANSWERS_TABLE is set, but the Redis store cannot write an answer in the same step as its record: persist answers with the DynamoDB or PostgreSQL store, or unset ANSWERS_TABLE".into(),
@@ -905,6 +914,10 @@ mod tests {
                     ("ANSWERS_TABLE", "answers; DROP TABLE x"),
                 ],
                 "is not a PostgreSQL table name",
+            ),
+            (
+                vec![("IDEMPOTENCY_TABLE", "idem"), ("ANSWERS_TABLE", "idem")],
+                "is the idempotency table itself",
             ),
         ] {
             // A build without the store's feature refuses it for that reason instead.

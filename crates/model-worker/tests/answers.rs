@@ -117,9 +117,15 @@ impl Answers {
                     .await
                     .unwrap();
                 tokio::spawn(connection);
+                // `applied` counts every write of a row, the upsert's second one included.
+                let count = format!("count_{}", unique("kill"));
                 client
                     .batch_execute(&format!(
-                        "CREATE TABLE {answers} (id text PRIMARY KEY, request_id text, answer jsonb NOT NULL)"
+                        "CREATE TABLE {answers} (id text PRIMARY KEY, request_id text, answer jsonb NOT NULL, applied int NOT NULL DEFAULT 0);
+                         CREATE FUNCTION {schema}.{count}() RETURNS trigger AS $$
+                           BEGIN NEW.applied := COALESCE(OLD.applied, 0) + 1; RETURN NEW; END $$ LANGUAGE plpgsql;
+                         CREATE TRIGGER {count} BEFORE INSERT OR UPDATE ON {answers}
+                           FOR EACH ROW EXECUTE FUNCTION {schema}.{count}();"
                     ))
                     .await
                     .unwrap();
@@ -152,6 +158,33 @@ impl Answers {
             Answers::DynamoDb(_, answers) => {
                 model_worker::AnswersTable::DynamoDb(answers.name.clone())
             }
+        }
+    }
+
+    /// How many times the answers table was written: every application of a write to it
+    /// (PostgreSQL, by a trigger; DynamoDB, by the test server's count of transactions
+    /// naming it); the in-memory store commits under one lock and has no count.
+    async fn applications(&self) -> Option<u64> {
+        match self {
+            Answers::Memory(_) => None,
+            Answers::Postgres(_, client, _, answers) => {
+                let row = client
+                    .query_one(
+                        &format!("SELECT COALESCE(SUM(applied), 0)::int8 FROM {answers}"),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                Some(row.get::<_, i64>(0) as u64)
+            }
+            Answers::DynamoDb(_, answers) => Some(
+                answers
+                    .counts()
+                    .await
+                    .get("TransactWriteItems")
+                    .copied()
+                    .unwrap_or(0),
+            ),
         }
     }
 
@@ -269,6 +302,9 @@ async fn a_worker_killed_between_the_answer_and_the_acknowledgement_never_leaves
                 rows[0].1,
                 "{kind} {kill:?}: the row holds what the record stores"
             );
+            if let Some(applied) = answers.applications().await {
+                assert_eq!(applied, 1, "{kind} {kill:?}: the answer was written once");
+            }
             let calls = match kill {
                 Kill::BeforeTheCommit => 2,
                 _ => 1,

@@ -199,6 +199,10 @@ impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> 
         }))
     }
 
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        self.inner.commits_writes(writes)
+    }
+
     /// Counted and faulted as a completion ([`StoreOp::Complete`]).
     fn complete_with<'a>(
         &'a self,

@@ -183,6 +183,10 @@ impl IdempotencyStore for MemoryStore {
         "memory"
     }
 
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        writes == <MemoryWrites as crate::store::StoreWrites>::STORE
+    }
+
     fn claim<'a>(&'a self, claim: &'a Claim) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
         Box::pin(async move { self.claim_now(claim) })
     }

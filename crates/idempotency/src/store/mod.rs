@@ -168,6 +168,15 @@ pub trait IdempotencyStore: Send + Sync + Debug {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>>;
 
+    /// Whether [`complete_with`](Self::complete_with) commits writes built for the store
+    /// named `writes` ([`StoreWrites::STORE`]): what
+    /// [`Idempotency::check_writes`](crate::Idempotency::check_writes) asks at start-up. A
+    /// wrapper forwards it with `complete_with`. The default: none.
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        let _ = writes;
+        false
+    }
+
     /// [`complete`](Self::complete), with `writes` (the function's own) applied in the
     /// same atomic step: all of them and the completion, or nothing. Fenced by the claim's
     /// token as `complete` is (nothing is written when it no longer holds:
@@ -218,6 +227,9 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
         expiration: SystemTime,
     ) -> BoxFuture<'a, Result<(), Error>> {
         (**self).complete(claim, data, expiration)
+    }
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        (**self).commits_writes(writes)
     }
     fn complete_with<'a>(
         &'a self,

@@ -70,6 +70,8 @@ where
     };
     committed_with_the_completion(&store, kit).await;
     fenced_by_the_lease(&store, kit).await;
+    fenced_on_a_record_completed_by_another(&store, kit).await;
+    another_store_s_writes_are_refused(&store).await;
     applied_once_however_often_retried(&store, kit).await;
     a_refused_write_writes_nothing(&store, kit).await;
     engine_under_faults(store, kit).await;
@@ -97,6 +99,11 @@ pub async fn committed_with_the_completion(store: &dyn IdempotencyStore, kit: &d
     let record = key.get().await.expect("the record stays");
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.data.as_deref(), Some("\"r\""));
+    assert_eq!(
+        crate::record::epoch_secs(record.expiration),
+        crate::record::epoch_secs(now),
+        "the completion's expiration is the one given"
+    );
     assert_eq!(kit.read(&a).await.as_deref(), Some("1"));
     assert_eq!(kit.read(&b).await.as_deref(), Some("2"));
 }
@@ -130,6 +137,67 @@ pub async fn fenced_by_the_lease(store: &dyn IdempotencyStore, kit: &dyn WritesK
         (record.status, record.lease_token.as_deref()),
         (Status::InProgress, Some("new"))
     );
+}
+
+/// A completion with writes on a record another claim completed is refused, and writes
+/// nothing: only the claim's own completed record answers "already written".
+pub async fn fenced_on_a_record_completed_by_another(
+    store: &dyn IdempotencyStore,
+    kit: &dyn WritesKit,
+) {
+    let key = Key::new(store, "writes_fenced_completed");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(1), "old", "a free key is claimed")
+        .await;
+    let later = now + Duration::from_secs(2);
+    key.claimed(
+        later,
+        Duration::from_secs(30),
+        "new",
+        "a passed lease is taken over",
+    )
+    .await;
+    store
+        .complete(&lease(&key.id, "new"), Some("\"new\""), later)
+        .await
+        .unwrap();
+    let a = unique_key("fenced_completed");
+    let writes = kit.writes(&[KitWrite::Put(a.clone(), "stale".into())]);
+    let answer = store
+        .complete_with(&lease(&key.id, "old"), Some("\"stale\""), later, &writes)
+        .await;
+    assert!(
+        matches!(answer, Err(Error::LeaseLost { .. })),
+        "another claim's completed record refuses the writes, got {answer:?}"
+    );
+    assert_eq!(kit.read(&a).await, None, "nothing written");
+    let record = key.get().await.expect("the new owner's record stays");
+    assert_eq!(record.data.as_deref(), Some("\"new\""));
+}
+
+/// Writes built for another store are refused, never applied as if they were the store's.
+pub async fn another_store_s_writes_are_refused(store: &dyn IdempotencyStore) {
+    #[derive(Debug)]
+    struct Foreign;
+    impl crate::store::StoreWrites for Foreign {
+        const STORE: &'static str = "conformance-foreign";
+        fn is_empty(&self) -> bool {
+            false
+        }
+    }
+    assert!(!store.commits_writes("conformance-foreign"));
+    let key = Key::new(store, "writes_foreign");
+    let now = now_ms();
+    key.claimed(now, Duration::from_secs(30), "t1", "a free key is claimed")
+        .await;
+    let answer = store
+        .complete_with(&lease(&key.id, "t1"), Some("1"), now, &Writes::new(Foreign))
+        .await;
+    assert!(
+        matches!(answer, Err(Error::WritesUnsupported { .. })),
+        "another store's writes are refused, got {answer:?}"
+    );
+    assert_eq!(key.get().await.unwrap().status, Status::InProgress);
 }
 
 /// A completion repeated after a lost answer succeeds and applies nothing again (a
@@ -200,6 +268,10 @@ pub async fn refused_without_writes<S: IdempotencyStore + Clone + 'static>(store
     assert!(
         matches!(answer, Err(Error::WritesUnsupported { .. })),
         "a store without writes refuses them, got {answer:?}"
+    );
+    assert!(
+        !store.commits_writes("memory"),
+        "a store without writes says so to check_writes"
     );
     let record = key.get().await.expect("the claim stays");
     assert_eq!(record.status, Status::InProgress);

@@ -184,6 +184,10 @@ impl IdempotencyStore for DynamoDbStore {
         BACKEND
     }
 
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        writes == <DynamoDbWrites as crate::store::StoreWrites>::STORE
+    }
+
     fn limits(&self) -> StoreLimits {
         let n = &self.names;
         let names = n.id.len()

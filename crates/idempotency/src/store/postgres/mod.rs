@@ -507,6 +507,10 @@ impl IdempotencyStore for PostgresStore {
         BACKEND
     }
 
+    fn commits_writes(&self, writes: &'static str) -> bool {
+        writes == <PostgresWrites as crate::store::StoreWrites>::STORE
+    }
+
     fn limits(&self) -> StoreLimits {
         StoreLimits::DYNAMODB
     }

@@ -76,13 +76,40 @@ impl PostgresStore {
         expiration: SystemTime,
         writes: &PostgresWrites,
     ) -> Result<(), Error> {
+        if let Some((index, keyword)) = writes
+            .statements
+            .iter()
+            .enumerate()
+            .find_map(|(i, st)| transaction_control(&st.sql).map(|k| (i, k)))
+        {
+            return Err(refused(
+                claim,
+                format!(
+                    "statement {index} is {keyword}, which would end or change the completion's transaction or the session: only statements that read or write rows commit with the record"
+                ),
+            ));
+        }
         let mut slot = self.inner.transactions.lock().await;
         let connection = match slot.take() {
             Some(connection) if !connection.client.is_closed() => connection,
-            _ => TxConnection {
-                client: self.open().await?,
-                statements: Vec::new(),
-            },
+            _ => {
+                let client = self.open().await?;
+                // A Lambda frozen while a transaction was open must not keep the record's
+                // row locked: the server ends such a session, and waits for a lock no longer
+                // than a request may take.
+                let ms = self.request_timeout.as_millis().clamp(1, i32::MAX as u128);
+                let settings = format!(
+                    "SET idle_in_transaction_session_timeout = {ms}; SET lock_timeout = {ms}"
+                );
+                client
+                    .batch_execute(&settings)
+                    .await
+                    .map_err(|e| self.pg_error(e))?;
+                TxConnection {
+                    client,
+                    statements: Vec::new(),
+                }
+            }
         };
         let mut open = Open {
             store: self,
@@ -381,5 +408,72 @@ impl fmt::Display for WriteFailed {
 impl std::error::Error for WriteFailed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.source)
+    }
+}
+
+/// The first keyword of `sql`, if it is one that would end or change the completion's
+/// transaction or the connection's session (`COMMIT`, `ROLLBACK`, `SET`, ...).
+fn transaction_control(sql: &str) -> Option<&'static str> {
+    const REFUSED: [&str; 15] = [
+        "BEGIN",
+        "START",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "ABORT",
+        "SAVEPOINT",
+        "RELEASE",
+        "PREPARE",
+        "SET",
+        "RESET",
+        "DISCARD",
+        "LISTEN",
+        "UNLISTEN",
+        "DO",
+    ];
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(line) = rest.strip_prefix("--") {
+            rest = line.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(block) = rest.strip_prefix("/*") {
+            rest = block.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else {
+            break;
+        }
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    REFUSED.iter().find(|k| **k == word).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transaction_control;
+
+    #[test]
+    fn transaction_and_session_control_is_found_behind_comments_and_case() {
+        for sql in [
+            "COMMIT",
+            " commit;",
+            "-- c\nROLLBACK",
+            "/* x */ set search_path = x",
+            "Begin",
+            "DO $$ BEGIN END $$",
+        ] {
+            assert!(transaction_control(sql).is_some(), "{sql}");
+        }
+        for sql in [
+            "INSERT INTO a VALUES ($1)",
+            "UPDATE t SET x = 1",
+            "  delete from t",
+            "WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x",
+            "SELECT pg_sleep(1)",
+            "settings",
+        ] {
+            assert_eq!(transaction_control(sql), None, "{sql}");
+        }
     }
 }

@@ -240,3 +240,35 @@ async fn concurrent_completions_with_writes_each_commit_once() {
     assert_eq!(rows, 16, "each answer written once");
     table.drop_table().await;
 }
+
+/// A statement that would end or change the completion's transaction or the session
+/// (`COMMIT`, `ROLLBACK`, `SET`) is refused before the transaction starts: nothing written,
+/// the record unchanged, the connection's session untouched.
+#[tokio::test]
+async fn transaction_and_session_control_is_refused_before_anything_runs() {
+    let table = TestTable::new("writes_control").await;
+    let kit = table.writes_kit().await;
+    let store = table.store();
+    let now = SystemTime::now();
+    for (n, control) in [
+        "COMMIT",
+        "rollback",
+        "SET search_path = nowhere",
+        "/* hi */ BEGIN",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = claim(&format!("control-{n}"), now, "t1");
+        store.claim(&c).await.unwrap();
+        let writes = Writes::new(insert(&kit.quoted, &format!("k{n}"), "x").execute(control, ()));
+        let answer = store.complete_with(&c, Some("1"), now, &writes).await;
+        assert!(
+            matches!(&answer, Err(Error::WritesRefused { reason, .. }) if reason.contains("statement 1")),
+            "{control}: {answer:?}"
+        );
+        assert_eq!(kit.read_value(&format!("k{n}")).await, None, "{control}");
+        let record = store.get(&c.id).await.unwrap().unwrap();
+        assert_eq!(record.status, Status::InProgress, "{control}");
+    }
+}

@@ -99,8 +99,11 @@ pub struct TestStore {
     pub store: Arc<dyn IdempotencyStore>,
     /// The DynamoDB test table, for [`Backend::DynamoDb`].
     pub table: Option<TestTable>,
+    /// The in-memory store itself, for [`Backend::Memory`] (its own tables included).
+    pub memory: Option<MemoryStore>,
     redis: Option<(RedisStore, RedisStore)>,
-    postgres: Option<(PostgresStore, String)>,
+    /// The PostgreSQL store and its table, for [`Backend::Postgres`].
+    pub postgres: Option<(PostgresStore, String)>,
 }
 
 impl TestStore {
@@ -110,11 +113,16 @@ impl TestStore {
             backend,
             store: Arc::new(MemoryStore::new()),
             table: None,
+            memory: None,
             redis: None,
             postgres: None,
         };
         match backend {
-            Backend::Memory => {}
+            Backend::Memory => {
+                let store = MemoryStore::new();
+                this.store = Arc::new(store.clone());
+                this.memory = Some(store);
+            }
             Backend::DynamoDb => {
                 let table = TestTable::create(test).await;
                 this.store = Arc::new(DynamoDbStore::new(table.client.clone(), &table.name));

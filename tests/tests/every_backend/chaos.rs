@@ -9,7 +9,11 @@
 //!
 //! Checked per request, from the provider's own log: calls for request i are at most one
 //! plus the deliveries of i that died after calling without storing a result; and every
-//! request completes, none dead-lettered (takeover works).
+//! request completes, none dead-lettered (takeover works). On every store that commits
+//! writes with a completion, each answer is also written to a table of the test's own in
+//! the same step, on condition that its row is new: at the end each completed request has
+//! exactly one row, holding what its record stores, and a second write of a row would have
+//! been refused and dead-lettered.
 //!
 //! Replay a run with `CHAOS_SEED=<seed printed by the run>`.
 
@@ -17,9 +21,11 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::store::IdempotencyStore;
 use lambda_idempotency::store::Status;
 use lambda_idempotency::store::StoreOp;
+use lambda_idempotency::store::conformance::writes::{KitWrite, MemoryKit, WritesKit};
 use lambda_idempotency::store::epoch_millis;
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
-use lambda_idempotency::{Idempotency, Operation, Outcome, SqsBatch};
+use lambda_idempotency::store::{BoxFuture, Writes};
+use lambda_idempotency::{Idempotency, Operation, Outcome, SqsBatch, WithWrites};
 use lambda_runtime::{Context, LambdaEvent};
 use model_worker::{ChatMessage, ChatRequest, ModelClient};
 use provider_stub::ProviderStub;
@@ -170,6 +176,8 @@ fn request_index(request: &ChatRequest) -> usize {
 }
 
 struct Harness {
+    /// Where answers are written with their records, on a store that commits writes.
+    answers: Option<Box<dyn WritesKit>>,
     queue: Queue,
     idempotency: Idempotency,
     operation: Operation,
@@ -197,14 +205,43 @@ impl Harness {
             called: &called,
             finished: false,
         };
-        let result = self
-            .idempotency
-            .execute(&self.operation, &payload, || async {
-                called.store(true, Ordering::SeqCst);
-                self.model.complete(&request, None).await
-            })
-            .await;
+        let result = match &self.answers {
+            None => {
+                self.idempotency
+                    .execute(&self.operation, &payload, || async {
+                        called.store(true, Ordering::SeqCst);
+                        self.model.complete(&request, None).await
+                    })
+                    .await
+            }
+            Some(kit) => {
+                self.idempotency
+                    .execute_committing(&self.operation, &payload, || async {
+                        called.store(true, Ordering::SeqCst);
+                        let completion = self.model.complete(&request, None).await?;
+                        let row = KitWrite::PutNew(index.to_string(), completion.to_string());
+                        Ok(WithWrites::new(completion, kit.writes(&[row])))
+                    })
+                    .await
+            }
+        };
         guard.finished = true;
+        // Called, and its result not stored: a commit whose outcome stayed unknown (or a
+        // lease lost) is an error with writes, and the takeover asks the provider again.
+        if called.load(Ordering::SeqCst)
+            && matches!(
+                result,
+                Err(lambda_idempotency::ExecuteError::Idempotency(_))
+            )
+        {
+            self.unstored.fetch_add(1, Ordering::SeqCst);
+            *self
+                .may_call_again
+                .lock()
+                .unwrap()
+                .entry(index)
+                .or_default() += 1;
+        }
         result
             .map(|(_, outcome)| {
                 if outcome == Outcome::ExecutedUnstored {
@@ -321,11 +358,18 @@ fn message(id: String, request: &ChatRequest, submitted_at: u32) -> SqsMessage {
 async fn inject_faults(
     test_store: &TestStore,
     faulty: &FaultyStore<Arc<dyn IdempotencyStore>>,
+    answers_on_dynamodb: bool,
     rng: &mut fastrand::Rng,
 ) -> u32 {
     let n = rng.u32(1..3);
     if let Some(table) = &test_store.table {
-        let op = if rng.bool() { "PutItem" } else { "UpdateItem" };
+        // With the answers written with the records, a completion is a TransactWriteItems.
+        let completion = if answers_on_dynamodb {
+            "TransactWriteItems"
+        } else {
+            "UpdateItem"
+        };
+        let op = if rng.bool() { "PutItem" } else { completion };
         // Replace, not add to, what is pending: quiet periods do not pile faults up.
         table.reset().await;
         match rng.u8(0..4) {
@@ -385,7 +429,10 @@ async fn a_chaos_run_completes_every_request_once(backend: Backend) {
             })
             .collect()
     };
+    let answers = answers_kit(&test_store).await;
+    let answers_on_dynamodb = answers.is_some() && test_store.table.is_some();
     let harness = Arc::new(Harness {
+        answers,
         queue: Queue::default(),
         idempotency: Idempotency::builder(store.clone())
             .function_name("chaos")
@@ -439,7 +486,8 @@ async fn a_chaos_run_completes_every_request_once(backend: Backend) {
         tokio::spawn(async move {
             let mut injected = 0u32;
             while !queue_done.queue.is_drained() {
-                injected += inject_faults(&test_store, &faulty, &mut rng).await;
+                injected +=
+                    inject_faults(&test_store, &faulty, answers_on_dynamodb, &mut rng).await;
                 tokio::time::sleep(Duration::from_millis(rng.u64(150..400))).await;
             }
             injected
@@ -488,6 +536,30 @@ async fn a_chaos_run_completes_every_request_once(backend: Backend) {
             completed.contains(request),
             "request {request} was acked but is not completed (seed {seed})"
         );
+    }
+    // The answers table and the records never disagree: a row for each completed request,
+    // holding what its record stores, and none for another.
+    if let Some(kit) = &harness.answers {
+        for (i, r) in requests.iter().enumerate() {
+            let row = kit.read(&i.to_string()).await;
+            let payload = serde_json::to_value(r).unwrap();
+            let id = harness
+                .idempotency
+                .idempotency_id(&harness.operation, &payload)
+                .unwrap();
+            let stored = store.get(&id).await.unwrap().and_then(|r| r.data);
+            match (row, stored) {
+                (Some(row), Some(stored)) => assert_eq!(
+                    serde_json::from_str::<serde_json::Value>(&row).unwrap(),
+                    serde_json::from_str::<serde_json::Value>(&stored).unwrap(),
+                    "request {i}: the answer row and the record differ (seed {seed})"
+                ),
+                (None, None) => {}
+                (row, stored) => panic!(
+                    "request {i}: answer row {row:?} beside record data {stored:?} (seed {seed})"
+                ),
+            }
+        }
     }
     // Liveness: with takeover working, every request completes and nothing is
     // dead-lettered.
@@ -553,6 +625,68 @@ async fn a_chaos_run_completes_every_request_once(backend: Backend) {
         started.elapsed() < Duration::from_secs(120),
         "the chaos run must stay under two minutes"
     );
+}
+
+/// A table of the test's own beside the records, on a store that commits writes with a
+/// completion (memory, PostgreSQL, the DynamoDB test server); none on Redis.
+async fn answers_kit(test_store: &TestStore) -> Option<Box<dyn WritesKit>> {
+    if let Some(memory) = &test_store.memory {
+        return Some(Box::new(MemoryKit(memory.clone())));
+    }
+    if test_store.table.is_some() {
+        let kit =
+            super::dynamodb_writes::DynamoDbKit::create(test_support::Emulator::Moto, "chaos")
+                .await;
+        return Some(Box::new(kit));
+    }
+    let (_, records) = test_store.postgres.as_ref()?;
+    let (client, connection) = tokio_postgres::connect(
+        &test_support::servers::postgres_url(),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("PostgreSQL for the answers table");
+    tokio::spawn(connection);
+    let table = format!("{records}_answers");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (key text PRIMARY KEY, value text NOT NULL)"
+        ))
+        .await
+        .expect("the answers table");
+    Some(Box::new(PostgresKit { client, table }))
+}
+
+/// Answers in a PostgreSQL table: `PutNew` an `INSERT` (refused when the row exists).
+struct PostgresKit {
+    client: tokio_postgres::Client,
+    table: String,
+}
+
+impl WritesKit for PostgresKit {
+    fn writes(&self, writes: &[KitWrite]) -> Writes {
+        use lambda_idempotency::store::postgres::PostgresWrites;
+        Writes::new(writes.iter().fold(PostgresWrites::new(), |w, write| {
+            let (sql, key, value) = match write {
+                KitWrite::PutNew(k, v) => ("INSERT INTO {t} (key, value) VALUES ($1, $2)", k, v),
+                KitWrite::Put(k, v) => (
+                    "INSERT INTO {t} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    k,
+                    v,
+                ),
+                other => panic!("no PostgreSQL form for {other:?}"),
+            };
+            w.execute(sql.replace("{t}", &self.table), (key.clone(), value.clone()))
+        }))
+    }
+
+    fn read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let sql = format!("SELECT value FROM {} WHERE key = $1", self.table);
+            let rows = self.client.query(&sql, &[&key]).await.unwrap();
+            rows.first().map(|row| row.get(0))
+        })
+    }
 }
 
 test_support::every_backend!(a_chaos_run_completes_every_request_once);

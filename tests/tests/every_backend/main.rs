@@ -5,6 +5,8 @@
 //! and the HTTP example over real HTTP.
 
 mod chaos;
+#[path = "../support/dynamodb_writes.rs"]
+mod dynamodb_writes;
 mod fifo_queue;
 mod http;
 mod poller;

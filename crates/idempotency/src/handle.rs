@@ -10,7 +10,7 @@ use crate::key::validation_hash;
 use crate::operation::{Operation, Outcome, check_function_name};
 use crate::store::IdempotencyStore;
 use crate::twins::{self, Entered};
-use crate::writes::{StoreWrites, WithWrites, Writes};
+use crate::writes::Writes;
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -292,108 +292,6 @@ impl Idempotency {
     {
         let f = move || async move { f().await.map(|value| (value, None)) };
         self.execute_observed(op, payload, deadline, true, f).await
-    }
-
-    /// Like [`execute`](Self::execute), for a function whose answer is persisted by writes
-    /// of its own: `f` returns its result [`WithWrites`], and the store applies the writes
-    /// and completes the record in one atomic step (a DynamoDB `TransactWriteItems`, one
-    /// PostgreSQL transaction, one lock of the in-memory store), fenced by the claim's
-    /// lease: a worker whose lease was taken over writes nothing
-    /// ([`Error::LeaseLost`]). The answer and its record can never disagree. A replay
-    /// returns the stored result and writes nothing.
-    ///
-    /// - writes whose own condition fails: [`Error::WritesRefused`], nothing written, the
-    ///   claim released;
-    /// - writes of a type the store cannot commit (another store's; Redis has none):
-    ///   [`Error::WritesUnsupported`], nothing written, the claim released. Check it at
-    ///   start-up with [`check_writes`](Self::check_writes);
-    /// - a commit whose outcome stays unknown (the store did not answer before the lease's
-    ///   cutoff) is an error, never a success: the message comes again and finds the record
-    ///   completed, or takes it over after its lease and runs again.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use lambda_idempotency::store::memory::MemoryWrites;
-    /// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, WithWrites};
-    /// use serde_json::json;
-    ///
-    /// let store = MemoryStore::new();
-    /// let idempotency = Idempotency::new(store.clone());
-    /// idempotency.check_writes::<MemoryWrites>().unwrap();
-    /// let op = Operation::new("answer", KeyStrategy::field("id"));
-    /// let request = json!({"id": "r-1", "question": "2+2"});
-    /// for _ in 0..2 {
-    ///     let (answer, _) = idempotency
-    ///         .execute_committing(&op, &request, || async {
-    ///             let answer = "4".to_string();
-    ///             let writes = MemoryWrites::new().put("answers", "r-1", json!({"answer": answer}));
-    ///             Ok::<_, std::io::Error>(WithWrites::new(answer, writes))
-    ///         })
-    ///         .await
-    ///         .unwrap();
-    ///     assert_eq!(answer, "4");
-    /// }
-    /// assert_eq!(store.table("answers").len(), 1, "written once, with the record");
-    /// # }
-    /// ```
-    pub async fn execute_committing<P, T, W, E, F, Fut>(
-        &self,
-        op: &Operation,
-        payload: &P,
-        f: F,
-    ) -> Result<(T, Outcome), ExecuteError<E>>
-    where
-        P: Serialize + ?Sized,
-        T: Serialize + DeserializeOwned,
-        W: StoreWrites,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<WithWrites<T, W>, E>>,
-    {
-        let f = move || async move {
-            f().await.map(|answer| {
-                let writes = (!answer.writes.is_empty()).then(|| Writes::new(answer.writes));
-                (answer.value, writes)
-            })
-        };
-        self.execute_writing(op, payload, f).await
-    }
-
-    /// [`execute_committing`](Self::execute_committing) with writes of any store's type.
-    pub(crate) async fn execute_writing<P, T, E, F, Fut>(
-        &self,
-        op: &Operation,
-        payload: &P,
-        f: F,
-    ) -> Result<(T, Outcome), ExecuteError<E>>
-    where
-        P: Serialize + ?Sized,
-        T: Serialize + DeserializeOwned,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<(T, Option<Writes>), E>>,
-    {
-        let payload = to_json(payload).map_err(ExecuteError::Idempotency)?;
-        self.execute_observed(op, &payload, None, true, f).await
-    }
-
-    /// Whether this handle's store commits writes of type `W` with a completion: call it
-    /// at start-up, so a store that cannot (another store's writes, Redis) fails the init
-    /// instead of every message.
-    pub fn check_writes<W: StoreWrites>(&self) -> Result<(), Error> {
-        let store = if self.engine.config.disabled {
-            // Nothing would commit them: every call would pay, then fail.
-            "disabled idempotency"
-        } else if self.engine.store.commits_writes(W::STORE) {
-            return Ok(());
-        } else {
-            self.engine.store.name()
-        };
-        Err(Error::WritesUnsupported {
-            store,
-            writes: W::STORE,
-        })
     }
 
     /// [`execute_inner`](Self::execute_inner), counting its outcome only if `counted`: a

@@ -25,12 +25,6 @@ pub(crate) struct RecordScope {
     outcomes: Mutex<Vec<(String, String, &'static str)>>,
 }
 
-impl std::fmt::Debug for RecordScope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordScope").finish_non_exhaustive()
-    }
-}
-
 /// Runs `fut`, one record's handler, within `scope`.
 pub(crate) async fn within<F: Future>(scope: Arc<RecordScope>, fut: F) -> F::Output {
     RECORD.scope(scope, fut).await

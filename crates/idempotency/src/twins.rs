@@ -156,9 +156,6 @@ struct Call {
     serial: u64,
     validation: Option<String>,
     settled: watch::Sender<Option<Settled>>,
-    /// The batch record whose handler made this call, once the function failed and its
-    /// twins wait for that record's failure class.
-    failed_in: Option<usize>,
     /// The batch records whose calls wait for this one.
     waiting_records: Vec<usize>,
 }
@@ -213,21 +210,11 @@ impl InFlight {
             if let Some(record) = record {
                 call.waiting_records.push(record);
             }
-            let settled = match call.failed_in {
-                // The same record's handler calls it again after its function failed: it
-                // would wait for its own end. It fails as the first call did.
-                Some(failed_in) if record == Some(failed_in) => {
-                    let failed = Settled::function_failed(
-                        "it failed earlier in this record's handler".into(),
-                        FailureKind::Error,
-                    );
-                    watch::channel(Some(failed)).1
-                }
-                _ => call.settled.subscribe(),
-            };
+            // (A call of this record that failed earlier was settled just above: it is
+            // never waited for here.)
             return Entered::Twin(Twin {
                 validation: call.validation.clone(),
-                settled,
+                settled: call.settled.subscribe(),
             });
         }
         let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -238,7 +225,6 @@ impl InFlight {
                 serial,
                 validation: validation.map(str::to_owned),
                 settled: settled.clone(),
-                failed_in: None,
                 waiting_records: Vec::new(),
             },
         );
@@ -287,12 +273,7 @@ impl Running {
                 // A twin in the same record's handler would wait for its own record: it
                 // fails now, as a failure a redelivery may fix.
                 let mut waits_in_record = false;
-                self.entry(|call| {
-                    waits_in_record = call.waiting_records.contains(&record.id());
-                    if !waits_in_record {
-                        call.failed_in = Some(record.id());
-                    }
-                });
+                self.entry(|call| waits_in_record = call.waiting_records.contains(&record.id()));
                 if waits_in_record {
                     self.settle(Settled::function_failed(reason, FailureKind::Error));
                 } else {
@@ -340,11 +321,6 @@ impl Drop for Running {
         let ours = calls.get(&self.id).is_some_and(|c| c.serial == self.serial);
         if ours && !(failed && self.in_flight.keeps_failures) {
             calls.remove(&self.id);
-        } else if ours {
-            // Kept as a failure: no longer waiting on a record's class.
-            if let Some(call) = calls.get_mut(&self.id) {
-                call.failed_in = None;
-            }
         }
     }
 }

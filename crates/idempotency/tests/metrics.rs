@@ -319,6 +319,46 @@ fn a_stream_record_that_waited_out_a_lease_is_counted_once_by_its_final_answer()
     );
 }
 
+#[test]
+fn a_record_cut_by_the_deadline_counts_what_its_calls_did() {
+    // Its first call executed; its second never answers; the batch answers at its
+    // deadline and the record is unfinished: the executed call is counted all the same.
+    let all = recorded(|| async {
+        let idempotency = Idempotency::new(MemoryStore::new());
+        let op = Operation::new("job", KeyStrategy::field("id"));
+        let event: SqsEvent = serde_json::from_value(json!({"Records": [
+            {"messageId": "m1", "body": "{}", "eventSource": "aws:sqs"},
+        ]}))
+        .unwrap();
+        let mut context = Context::default();
+        let deadline = SystemTime::now() + Duration::from_millis(1500);
+        context.deadline = deadline
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let report = SqsBatch::new()
+            .report_json(LambdaEvent::new(event, context), |_: Value, _| {
+                let (idempotency, op) = (&idempotency, &op);
+                async move {
+                    let ok = || async { Ok::<_, lambda_runtime::Error>(()) };
+                    idempotency
+                        .execute(op, &json!({"id": "first"}), ok)
+                        .await
+                        .map_err(ExecuteError::into_inner)?;
+                    std::future::pending::<()>().await;
+                    Ok::<_, lambda_runtime::Error>(())
+                }
+            })
+            .await;
+        assert!(report.records[0].result.is_err(), "cut by the deadline");
+    });
+    assert_eq!(
+        outcomes(&all),
+        BTreeMap::from([("executed".into(), 1)]),
+        "the executed call counted though its record never answered"
+    );
+}
+
 /// Records the fields of every `idempotency` span, as text.
 #[derive(Clone, Default)]
 struct SpanFields(std::sync::Arc<std::sync::Mutex<Vec<BTreeMap<String, String>>>>);

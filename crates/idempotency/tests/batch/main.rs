@@ -43,13 +43,19 @@ impl Handler {
         let op = Operation::new("job", KeyStrategy::field("id"));
         let payload = json!({"id": job.id});
         let calls = &self.calls;
+        if job.action == "late" {
+            // A copy that arrives after its twin's call has ended.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let result = self
             .idempotency
             .execute(&op, &payload, || async {
                 calls.fetch_add(1, Ordering::SeqCst);
                 match job.action.as_str() {
                     "fail" => Err(format!("job {} failed", job.id).into()),
-                    "refuse" => Err(PermanentError::new(format!("job {} refused", job.id)).into()),
+                    "refuse" | "refuse-then-linger" => {
+                        Err(PermanentError::new(format!("job {} refused", job.id)).into())
+                    }
                     "slow-fail" => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         Err(format!("job {} failed", job.id).into())
@@ -71,6 +77,10 @@ impl Handler {
                 }
             })
             .await;
+        if job.action == "refuse-then-linger" {
+            // The handler goes on a while after its call failed, before it answers.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
         match result {
             Ok((_, outcome)) => Ok(outcome),
             Err(ExecuteError::Idempotency(e)) => Err(e.into()),

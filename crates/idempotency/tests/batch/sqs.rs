@@ -187,6 +187,25 @@ async fn a_twin_of_a_permanent_failure_is_permanent() {
 }
 
 #[tokio::test]
+async fn a_twin_arriving_while_its_siblings_record_is_still_answering_waits_for_its_class() {
+    // The first copy's call fails at once, but its handler answers 150 ms later; the
+    // copy that arrives in between gets the class the batch gives that record.
+    let handler = Handler::new();
+    let event = records(&[
+        ("m1", r#"{"id": "same", "action": "refuse-then-linger"}"#),
+        ("m2", r#"{"id": "same", "action": "late"}"#),
+    ]);
+    let report = SqsBatch::new()
+        .report_json(event, |job: Job, _| handler.handle(job))
+        .await;
+    assert_eq!(
+        kinds(&report),
+        vec![Err(FailureKind::Permanent), Err(FailureKind::Permanent)]
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_twin_later_in_its_fifo_group_keeps_its_siblings_failure_and_does_not_run_again() {
     // In order, the twin starts after its sibling ended: it still answers with that end.
     for (action, kind) in [

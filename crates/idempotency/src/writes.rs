@@ -79,6 +79,15 @@ impl Writes {
         self.inner.downcast_ref::<Option<W>>()?.as_ref()
     }
 
+    /// The writes, as the store of `W` reads them: of type `W`, or
+    /// [`Error::WritesUnsupported`] naming both stores.
+    pub fn of<W: StoreWrites>(&self) -> Result<&W, Error> {
+        self.downcast_ref().ok_or(Error::WritesUnsupported {
+            store: W::STORE,
+            writes: self.store,
+        })
+    }
+
     /// The store these writes are for.
     pub fn store(&self) -> &'static str {
         self.store
@@ -232,5 +241,13 @@ mod tests {
         assert!(StoreWrites::is_empty(&Writes::default()));
         assert!(StoreWrites::is_empty(&Writes::new(MemoryWrites::new())));
         assert_eq!(format!("{again:?}"), r#"Writes { store: "memory", .. }"#);
+        assert!(again.of::<MemoryWrites>().is_ok());
+        assert!(matches!(
+            again.of::<Writes>(),
+            Err(Error::WritesUnsupported {
+                writes: "memory",
+                ..
+            })
+        ));
     }
 }

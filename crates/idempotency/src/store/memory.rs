@@ -111,12 +111,7 @@ impl MemoryStore {
         expiration: SystemTime,
         writes: &Writes,
     ) -> Result<(), Error> {
-        let Some(writes) = writes.downcast_ref::<MemoryWrites>() else {
-            return Err(Error::WritesUnsupported {
-                store: "memory",
-                writes: writes.store(),
-            });
-        };
+        let writes = writes.of::<MemoryWrites>()?;
         let (id, token) = (claim.id.as_str(), claim.lease_token.as_str());
         let mut records = self.records();
         let record = match records.get_mut(id) {

@@ -265,12 +265,7 @@ impl DynamoDbStore {
         expiration: SystemTime,
         writes: &Writes,
     ) -> Result<(), Error> {
-        let Some(writes) = writes.downcast_ref::<DynamoDbWrites>() else {
-            return Err(Error::WritesUnsupported {
-                store: BACKEND,
-                writes: writes.store(),
-            });
-        };
+        let writes = writes.of::<DynamoDbWrites>()?;
         if writes.is_empty() {
             return self.send_completion(claim, data, expiration).await;
         }

@@ -53,12 +53,7 @@ impl PostgresStore {
         expiration: SystemTime,
         writes: &Writes,
     ) -> Result<(), Error> {
-        let Some(writes) = writes.downcast_ref::<PostgresWrites>() else {
-            return Err(Error::WritesUnsupported {
-                store: BACKEND,
-                writes: writes.store(),
-            });
-        };
+        let writes = writes.of::<PostgresWrites>()?;
         let bound = self.request_timeout;
         let transaction = self.completion_transaction(claim, data, expiration, writes);
         match tokio::time::timeout(bound, transaction).await {

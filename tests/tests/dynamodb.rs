@@ -21,6 +21,8 @@ fn dynamo_op(op: StoreOp) -> &'static str {
         StoreOp::Complete => "UpdateItem",
         StoreOp::Release => "DeleteItem",
         StoreOp::Get => "GetItem",
+        StoreOp::Forget => "DeleteItem",
+        StoreOp::List => "Scan",
     }
 }
 

@@ -31,6 +31,8 @@ fn operation_name(op: StoreOp) -> &'static str {
         StoreOp::Complete => "UpdateItem",
         StoreOp::Release => "DeleteItem",
         StoreOp::Get => "GetItem",
+        StoreOp::Forget => "DeleteItem",
+        StoreOp::List => "Query",
     }
 }
 

@@ -7,8 +7,8 @@
 
 use lambda_idempotency::Error;
 use lambda_idempotency::store::{
-    BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record, Status, epoch_millis, epoch_secs,
-    from_epoch_millis, from_epoch_secs,
+    BoxFuture, Claim, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, Record, RecordPage,
+    Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -152,6 +152,39 @@ impl IdempotencyStore for TextStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(async move { self.read(id) })
+    }
+
+    fn forget<'a>(&'a self, read: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        Box::pin(async move {
+            let mut lines = self.lines();
+            let Some(line) = lines.get(&read.id) else {
+                return Ok(Forgotten::Absent);
+            };
+            if !parse(&read.id, line)?.is_as_read(read) {
+                return Ok(Forgotten::Changed);
+            }
+            lines.remove(&read.id);
+            Ok(Forgotten::Deleted)
+        })
+    }
+
+    /// In id order (the map's), after the last id of the page before.
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        Box::pin(async move {
+            let lines = self.lines();
+            let after = request.cursor.as_deref();
+            let mut matching = lines.iter().filter(|(id, _)| {
+                id.starts_with(&request.prefix) && after.is_none_or(|a| id.as_str() > a)
+            });
+            let mut records = Vec::new();
+            for (id, line) in matching.by_ref().take(request.limit) {
+                records.push(parse(id, line)?);
+            }
+            let next = matching
+                .next()
+                .and(records.last().map(|r: &Record| r.id.clone()));
+            Ok(RecordPage::new(records, next))
+        })
     }
 }
 

@@ -154,6 +154,17 @@ pub enum Error {
         /// The store the writes were built for.
         writes: &'static str,
     },
+    /// The store does not offer an operator's request ([`forget`] or [`list`]); the
+    /// engine never needs them.
+    ///
+    /// [`forget`]: crate::store::IdempotencyStore::forget
+    /// [`list`]: crate::store::IdempotencyStore::list
+    Unsupported {
+        /// The store's name.
+        store: &'static str,
+        /// The request: `"forget"` or `"list"`.
+        request: &'static str,
+    },
     /// The record kept changing between the conditional write and the read that followed.
     InconsistentState {
         /// The stored idempotency id.
@@ -210,6 +221,7 @@ impl Error {
             | Error::InconsistentState { .. }
             | Error::WritesRefused { .. }
             | Error::WritesUnsupported { .. }
+            | Error::Unsupported { .. }
             | Error::Store { .. } => false,
         }
     }
@@ -304,6 +316,10 @@ impl fmt::Display for Error {
             Error::WritesUnsupported { store, writes } => write!(
                 f,
                 "the {store} store cannot commit writes built for {writes} with a completion; nothing was written"
+            ),
+            Error::Unsupported { store, request } => write!(
+                f,
+                "the {store} store does not support {request} (an operator's request it may refuse)"
             ),
             Error::InconsistentState { key, attempts } => write!(
                 f,

@@ -89,6 +89,7 @@ pub mod metrics;
 mod operation;
 mod record;
 mod record_scope;
+mod records;
 pub mod store;
 mod twins;
 mod writes;

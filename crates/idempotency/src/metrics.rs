@@ -9,7 +9,7 @@
 //! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`, `panicked`, `cancelled`) |
 //! | [`BATCH_FAILURES`] | counter | `kind` ([`FailureKind::as_str`](crate::FailureKind::as_str)) |
 //! | [`BATCH_SKIPPED`] | counter | `reason` (`remove`: a DynamoDB Streams `REMOVE`) |
-//! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`), `result` (`ok`, `error`, `timeout`) |
+//! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`; an operator's `forget`, `list`), `result` (`ok`, `error`, `timeout`) |
 //! | [`STORE_REQUEST_SECONDS`] | histogram | `store`, `operation` |
 //!
 //! Without the feature every function here is a no-op and the crate does not depend on

@@ -115,6 +115,19 @@ impl Record {
         )
     }
 
+    /// Whether this stored record is still `read`: the same status, expiration (whole
+    /// seconds), lease end (milliseconds) and lease token, which every claim, completion
+    /// and takeover changes. What [`forget`](crate::store::IdempotencyStore::forget)
+    /// conditions its delete on.
+    pub fn is_as_read(&self, read: &Record) -> bool {
+        self.id == read.id
+            && self.status == read.status
+            && epoch_secs(self.expiration) == epoch_secs(read.expiration)
+            && self.in_progress_expiration.map(epoch_millis)
+                == read.in_progress_expiration.map(epoch_millis)
+            && self.lease_token == read.lease_token
+    }
+
     /// Whether `claim` may replace this record: it no longer counts at the claim's time,
     /// or it is the claim's own in-progress record, written by an earlier attempt of the
     /// same claim whose answer was lost.

@@ -34,14 +34,18 @@ impl Engine {
         let started = std::time::Instant::now();
         let result = self.attempts(cutoff, max_attempts, operation, op).await;
         let field = match operation {
-            "claim" => "claim_ms",
-            "complete" => "complete_ms",
-            _ => "release_ms",
+            "claim" => Some("claim_ms"),
+            "complete" => Some("complete_ms"),
+            "release" => Some("release_ms"),
+            // An operator's request: no call's span.
+            _ => None,
         };
         // On the call's own span only: when it is filtered out, the current span is the
         // caller's, whose fields are not ours to write.
         let span = tracing::Span::current();
-        if span.metadata().is_some_and(|m| m.name() == "idempotency") {
+        if let Some(field) = field
+            && span.metadata().is_some_and(|m| m.name() == "idempotency")
+        {
             span.record(field, started.elapsed().as_secs_f64() * 1000.0);
         }
         result

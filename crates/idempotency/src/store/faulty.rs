@@ -1,7 +1,10 @@
 //! A wrapper that injects faults into any store and counts its requests: the faults that
 //! matter for a conditional-write protocol are the ones between the store and its caller.
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, StoreOp, Writes};
+use super::{
+    BoxFuture, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, RecordPage, StoreLimits,
+    StoreOp, Writes,
+};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use std::collections::{HashMap, VecDeque};
@@ -232,6 +235,20 @@ impl<S: IdempotencyStore + Clone + 'static> IdempotencyStore for FaultyStore<S> 
             StoreOp::Get,
             move |store| async move { store.get(&id).await },
         ))
+    }
+
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        let record = record.clone();
+        Box::pin(self.call(StoreOp::Forget, move |store| async move {
+            store.forget(&record).await
+        }))
+    }
+
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        let request = request.clone();
+        Box::pin(self.call(StoreOp::List, move |store| async move {
+            store.list(&request).await
+        }))
     }
 }
 

@@ -6,7 +6,10 @@
 //! survives the process: use it for local runs and tests, not for a deployed function
 //! (each Lambda execution environment would have its own).
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreWrites, Writes};
+use super::{
+    BoxFuture, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, RecordPage, StoreWrites,
+    Writes,
+};
 use crate::error::Error;
 use crate::record::{Claim, Record, Status};
 use serde_json::Value;
@@ -171,6 +174,36 @@ impl MemoryStore {
             _ => Err(Error::LeaseLost { key: id.to_owned() }),
         }
     }
+
+    fn forget_now(&self, read: &Record) -> Forgotten {
+        let mut records = self.records();
+        match records.get(&read.id) {
+            None => Forgotten::Absent,
+            Some(r) if !r.is_as_read(read) => Forgotten::Changed,
+            Some(_) => {
+                records.remove(&read.id);
+                Forgotten::Deleted
+            }
+        }
+    }
+
+    /// In id order, after the cursor (the last id of the page before).
+    fn list_now(&self, request: &ListRequest) -> RecordPage {
+        let records = self.records();
+        let after = request.cursor.as_deref();
+        let mut ids: Vec<&String> = records
+            .keys()
+            .filter(|id| id.starts_with(&request.prefix) && after.is_none_or(|a| id.as_str() > a))
+            .collect();
+        ids.sort_unstable();
+        let more = ids.len() > request.limit;
+        ids.truncate(request.limit);
+        let next = more.then(|| ids.last().map(|id| (*id).clone())).flatten();
+        RecordPage::new(
+            ids.into_iter().map(|id| records[id].clone()).collect(),
+            next,
+        )
+    }
 }
 
 impl IdempotencyStore for MemoryStore {
@@ -211,6 +244,14 @@ impl IdempotencyStore for MemoryStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(async move { Ok(self.record(id)) })
+    }
+
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        Box::pin(async move { Ok(self.forget_now(record)) })
+    }
+
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        Box::pin(async move { Ok(self.list_now(request)) })
     }
 }
 

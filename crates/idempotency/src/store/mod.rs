@@ -4,6 +4,9 @@
 //! [`claim`](IdempotencyStore::claim) is the atomic conditional write taken before the
 //! work, [`complete`](IdempotencyStore::complete) and [`release`](IdempotencyStore::release)
 //! end a claim and are fenced by its lease token, [`get`](IdempotencyStore::get) reads.
+//! Two more serve operators, not the engine: [`forget`](IdempotencyStore::forget) deletes
+//! a record if it is still as it was read, and [`list`](IdempotencyStore::list) pages
+//! through the records whose ids start with a prefix.
 //! The engine ([`Idempotency`](crate::Idempotency)) holds all policy; a store only
 //! evaluates conditions atomically.
 
@@ -36,7 +39,7 @@ pub mod postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
-/// One of the store's four operations, for fault injection and counting.
+/// One of the store's operations, for fault injection and counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreOp {
     /// [`IdempotencyStore::claim`].
@@ -47,15 +50,21 @@ pub enum StoreOp {
     Release,
     /// [`IdempotencyStore::get`].
     Get,
+    /// [`IdempotencyStore::forget`].
+    Forget,
+    /// [`IdempotencyStore::list`].
+    List,
 }
 
 impl StoreOp {
-    /// All four, in a fixed order.
-    pub const ALL: [StoreOp; 4] = [
+    /// All of them, in a fixed order.
+    pub const ALL: [StoreOp; 6] = [
         StoreOp::Claim,
         StoreOp::Complete,
         StoreOp::Release,
         StoreOp::Get,
+        StoreOp::Forget,
+        StoreOp::List,
     ];
 
     /// The position in [`ALL`](Self::ALL), for per-operation counters.
@@ -65,6 +74,8 @@ impl StoreOp {
             StoreOp::Complete => 1,
             StoreOp::Release => 2,
             StoreOp::Get => 3,
+            StoreOp::Forget => 4,
+            StoreOp::List => 5,
         }
     }
 }
@@ -86,6 +97,78 @@ pub enum ClaimOutcome {
     Exists(Record),
     /// The claim was refused but the record was gone when read: the caller retries.
     Vanished,
+}
+
+/// What [`IdempotencyStore::forget`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Forgotten {
+    /// The record was still as read, and is deleted.
+    Deleted,
+    /// The record changed since it was read (claimed again, completed, taken over):
+    /// nothing was deleted. Read it again before deciding.
+    Changed,
+    /// No record has the id: it expired and was deleted, was forgotten already, or an
+    /// earlier attempt of this same request deleted it and its answer was lost.
+    Absent,
+}
+
+/// Which records [`IdempotencyStore::list`] reads: those whose id starts with `prefix`,
+/// from `cursor` on, about `limit` items at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListRequest {
+    /// What every listed id starts with (`""`: every record).
+    pub prefix: String,
+    /// Where to go on from: a previous page's [`RecordPage::next`]; `None` starts.
+    pub cursor: Option<String>,
+    /// How many items one request reads at most (a page may hold fewer matches, even
+    /// none, with more to come).
+    pub limit: usize,
+}
+
+impl ListRequest {
+    /// The first page of the records whose id starts with `prefix`, `limit` at a time
+    /// (at least 1).
+    pub fn new(prefix: impl Into<String>, limit: usize) -> Self {
+        Self {
+            prefix: prefix.into(),
+            cursor: None,
+            limit: limit.max(1),
+        }
+    }
+
+    /// The page after the one that returned `cursor`.
+    pub fn after(mut self, cursor: Option<String>) -> Self {
+        self.cursor = cursor;
+        self
+    }
+}
+
+/// One page of [`IdempotencyStore::list`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordPage {
+    /// The records read, in the store's order. A record may appear on two pages (Redis's
+    /// `SCAN` may return a key twice); one present for the whole listing appears at least
+    /// once.
+    pub records: Vec<Record>,
+    /// Items under the prefix that are not readable records (another application's data,
+    /// or a malformed record), each with why.
+    pub unreadable: Vec<(String, String)>,
+    /// Where the next page starts; `None` when the listing is done.
+    pub next: Option<String>,
+}
+
+impl RecordPage {
+    /// A page of `records`, with `next` where the following one starts.
+    pub fn new(records: Vec<Record>, next: Option<String>) -> Self {
+        Self {
+            records,
+            unreadable: Vec::new(),
+            next,
+        }
+    }
 }
 
 /// Size limits the engine checks before writing, so an oversized write fails clearly.
@@ -141,6 +224,11 @@ impl StoreLimits {
 ///   deletes the record, each only if the stored lease token equals `lease_token`;
 ///   otherwise they fail with [`Error::LeaseLost`] and change nothing (a missing record
 ///   is not created). Both may be repeated: a repeated completion succeeds again.
+/// - `forget` deletes the record only if it is still as read
+///   ([`Record::is_as_read`]: same status, expiration in seconds, lease end in
+///   milliseconds and lease token), in one conditional request; `list` reads a bounded
+///   page. Both serve operators: a store may refuse them ([`Error::Unsupported`], the
+///   default).
 /// - Backend failures are [`Error::Store`], with `retryable` set for throttling, 5xx
 ///   answers and timeouts. The engine owns retries and timeouts; a store should not
 ///   retry on its own, beyond what its protocol needs to deliver one request (the Redis
@@ -208,6 +296,32 @@ pub trait IdempotencyStore: Send + Sync + Debug {
 
     /// Reads a record (strongly consistent where the backend offers it).
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>>;
+
+    /// Deletes `record.id`'s record if it is still `record` as read
+    /// ([`Record::is_as_read`]), in one conditional request: a claim or completion made
+    /// since is never deleted by mistake. For operators (a stuck claim, a bad stored
+    /// result); the default refuses ([`Error::Unsupported`]).
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        let _ = record;
+        Box::pin(async move { Err(self.unsupported("forget")) })
+    }
+
+    /// One page of the records whose id starts with `request.prefix`: one bounded
+    /// request (a DynamoDB `Scan` or `Query` with a limit, a Redis `SCAN`, SQL with a
+    /// limit). For operators; the default refuses ([`Error::Unsupported`]).
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        let _ = request;
+        Box::pin(async move { Err(self.unsupported("list")) })
+    }
+
+    /// [`Error::Unsupported`] for `request` on this store.
+    #[doc(hidden)]
+    fn unsupported(&self, request: &'static str) -> Error {
+        Error::Unsupported {
+            store: self.name(),
+            request,
+        }
+    }
 }
 
 impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
@@ -245,5 +359,11 @@ impl<S: IdempotencyStore + ?Sized> IdempotencyStore for std::sync::Arc<S> {
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         (**self).get(id)
+    }
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        (**self).forget(record)
+    }
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        (**self).list(request)
     }
 }

@@ -17,8 +17,8 @@ use lambda_idempotency::store::conformance::writes::{KitWrite, WritesKit};
 use lambda_idempotency::store::faulty::{Fault, FaultyStore};
 use lambda_idempotency::store::postgres::PostgresWrites;
 use lambda_idempotency::store::{
-    BoxFuture, Claim, ClaimOutcome, IdempotencyStore, Record, Status, StoreLimits, Writes,
-    epoch_millis, epoch_secs, from_epoch_secs,
+    BoxFuture, Claim, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, Record, RecordPage,
+    Status, StoreLimits, Writes, epoch_millis, epoch_secs, from_epoch_secs,
 };
 use lambda_idempotency::{
     Error, ExecuteError, Idempotency, KeyStrategy, Operation, Outcome, PostgresStore,
@@ -287,6 +287,12 @@ impl IdempotencyStore for Spread {
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         self.pick().get(id)
+    }
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        self.pick().forget(record)
+    }
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        self.pick().list(request)
     }
 }
 

@@ -30,6 +30,7 @@
 
 pub mod engine;
 pub mod model;
+pub mod records;
 mod support;
 pub mod writes;
 
@@ -42,7 +43,8 @@ use crate::record::{Claim, Status};
 use std::time::Duration;
 
 /// Runs the whole contract over `store`: the store contract ([`run_all`]), the engine's
-/// behaviours over the store ([`engine::run_all`]) and `histories` seeded histories per
+/// behaviours over the store ([`engine::run_all`]), the operators' requests
+/// ([`records::run_all`]), the writes ([`writes::run_all`]) and `histories` seeded histories per
 /// setup of the [`model`] ([`model::run_all`]; `MODEL_SEEDS` and `MODEL_SEED` override
 /// the count). The one entry point a backend's test calls.
 ///
@@ -63,6 +65,7 @@ pub async fn run_whole_contract<S>(
 {
     run_all(&store, inject_failure).await;
     engine::run_all(store.clone()).await;
+    records::run_all(store.clone()).await;
     self::writes::run_all(store.clone(), writes).await;
     model::run_all(store, histories).await;
 }

@@ -49,6 +49,7 @@
 mod error;
 mod item;
 mod names;
+mod operator;
 mod requests;
 mod table;
 mod writes;
@@ -56,7 +57,10 @@ mod writes;
 pub use names::AttributeNames;
 pub use writes::DynamoDbWrites;
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, Writes};
+use super::{
+    BoxFuture, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, RecordPage, StoreLimits,
+    Writes,
+};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use aws_sdk_dynamodb::Client;
@@ -235,5 +239,13 @@ impl IdempotencyStore for DynamoDbStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.read_record(id))
+    }
+
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        Box::pin(self.send_forget(record))
+    }
+
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        Box::pin(self.send_list(request))
     }
 }

@@ -40,9 +40,14 @@ pub(super) fn stored_id(id: &str) -> Cow<'_, str> {
     Cow::Owned(stored)
 }
 
+/// The inverse of [`stored_id`] for ids stored as they are or escaped (a listed row's
+/// id); `None` for an id stored hashed, which cannot be inverted.
+pub(super) fn listed_id(stored: String) -> Option<String> {
+    (!stored.starts_with(HASHED_ID)).then(|| read_id(stored))
+}
+
 /// The inverse of [`stored_id`] for ids stored escaped (a record read back takes the id it
 /// was asked for; this checks that the mapping is one to one).
-#[cfg(test)]
 fn read_id(stored: String) -> String {
     let Some(escaped) = stored.strip_prefix(ESCAPED_ID) else {
         return stored;

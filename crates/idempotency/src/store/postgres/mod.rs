@@ -142,7 +142,10 @@ mod writes;
 
 pub use writes::{Param, Params, PostgresWrites};
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits, Writes};
+use super::{
+    BoxFuture, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, RecordPage, StoreLimits,
+    Writes,
+};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use connection::DEFAULT_CONNECT_TIMEOUT;
@@ -547,6 +550,14 @@ impl IdempotencyStore for PostgresStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.read_record(id))
+    }
+
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        Box::pin(self.send_forget(record))
+    }
+
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        Box::pin(self.send_list(request))
     }
 }
 

@@ -1,10 +1,10 @@
-//! The store's four requests, one statement each (the engine retries them).
+//! The store's requests, one statement each (the engine retries them).
 
 use super::PostgresStore;
-use super::id::stored_id;
+use super::id::{listed_id, stored_id};
 use crate::error::Error;
 use crate::record::{Claim, Record, epoch_millis, epoch_secs};
-use crate::store::ClaimOutcome;
+use crate::store::{ClaimOutcome, Forgotten, ListRequest, RecordPage};
 use std::time::SystemTime;
 use tokio_postgres::types::Type;
 
@@ -78,6 +78,66 @@ impl PostgresStore {
             .query(&self.inner.sql.get, &[(&stored_id(id), Type::TEXT)])
             .await?;
         rows.first().map(|row| self.parse(row, 0, id)).transpose()
+    }
+
+    pub(super) async fn send_forget(&self, read: &Record) -> Result<Forgotten, Error> {
+        let (status, expiration) = (read.status.as_str(), secs(read.expiration));
+        let lease_end = read.in_progress_expiration.map(millis);
+        let rows = self
+            .query(
+                &self.inner.sql.forget,
+                &[
+                    (&stored_id(&read.id), Type::TEXT),
+                    (&status, Type::TEXT),
+                    (&expiration, Type::INT8),
+                    (&lease_end, Type::INT8),
+                    (&read.lease_token, Type::TEXT),
+                ],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.malformed("forget returned no row"))?;
+        let deleted: bool = row.try_get(0).map_err(|e| self.pg_error(e))?;
+        let existed: bool = row.try_get(1).map_err(|e| self.pg_error(e))?;
+        Ok(match (deleted, existed) {
+            (true, _) => Forgotten::Deleted,
+            (false, true) => Forgotten::Changed,
+            (false, false) => Forgotten::Absent,
+        })
+    }
+
+    /// In id order; the cursor is the page's last stored id.
+    pub(super) async fn send_list(&self, request: &ListRequest) -> Result<RecordPage, Error> {
+        let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                &self.inner.sql.list,
+                &[
+                    (&request.prefix, Type::TEXT),
+                    (&request.cursor, Type::TEXT),
+                    (&limit, Type::INT8),
+                ],
+            )
+            .await?;
+        let mut page = RecordPage::new(Vec::with_capacity(rows.len()), None);
+        for row in &rows {
+            let stored: String = row.try_get(0).map_err(|e| self.pg_error(e))?;
+            match listed_id(stored.clone()).map(|id| self.parse(row, 0, &id)) {
+                Some(Ok(record)) => page.records.push(record),
+                Some(Err(err)) => page
+                    .unreadable
+                    .push((stored.clone(), crate::error::report(&err))),
+                None => page.unreadable.push((
+                    stored.clone(),
+                    "stored hashed (an id over 2048 bytes): read it by its payload".into(),
+                )),
+            }
+            if rows.len() >= request.limit {
+                page.next = Some(stored);
+            }
+        }
+        Ok(page)
     }
 }
 

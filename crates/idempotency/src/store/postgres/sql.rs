@@ -54,6 +54,13 @@ pub(super) struct Statements {
     pub(super) lock: String,
     /// `$1` now (epoch s), `$2` now (epoch ms), `$3` limit. One row: the count deleted.
     pub(super) purge: String,
+    /// `$1` id, `$2` status, `$3` expiration (epoch s), `$4` lease end (epoch ms or
+    /// NULL), `$5` lease token (or NULL): deletes the row if it is still as read. One row:
+    /// `(deleted, existed)`; the `EXISTS` sees the table as it was before the delete.
+    pub(super) forget: String,
+    /// `$1` prefix, `$2` the last id of the page before (or NULL), `$3` limit. Rows:
+    /// [`COLUMNS`], in id order.
+    pub(super) list: String,
 }
 
 impl Statements {
@@ -75,6 +82,18 @@ impl Statements {
                     RETURNING 1\n\
                 )\n\
                 SELECT count(*) FROM purged"
+            ),
+            forget: format!(
+                "WITH gone AS (\n    \
+                    DELETE FROM {t} WHERE id = $1 AND status = $2 AND expiration = $3 \
+                    AND in_progress_expiration IS NOT DISTINCT FROM $4 \
+                    AND lease_token IS NOT DISTINCT FROM $5 RETURNING 1\n\
+                )\n\
+                SELECT EXISTS (SELECT 1 FROM gone), EXISTS (SELECT 1 FROM {t} WHERE id = $1)"
+            ),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE starts_with(id, $1) \
+                 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
             ),
         }
     }

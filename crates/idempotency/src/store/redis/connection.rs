@@ -7,6 +7,7 @@ use crate::error::Error;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, RedisError, Value};
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -133,6 +134,16 @@ impl RedisStore {
     /// Sends `cmd`: the outer error is a failed connect (already an [`Error`] naming the
     /// server), the inner one the request's.
     pub(super) async fn send(&self, cmd: &Cmd) -> Result<Result<Value, RedisError>, Error> {
+        self.send_to(cmd, None).await
+    }
+
+    /// [`send`](Self::send), to the cluster node at `node` (host, port) when there is
+    /// one: a `SCAN` walks one node's keys. A single node ignores it.
+    pub(super) async fn send_to(
+        &self,
+        cmd: &Cmd,
+        node: Option<&(String, u16)>,
+    ) -> Result<Result<Value, RedisError>, Error> {
         let (generation, connection) = self.connection().await?;
         let mut in_flight = InFlight {
             store: self,
@@ -142,7 +153,16 @@ impl RedisStore {
         let request = async {
             match connection {
                 Connection::Node(mut c) => cmd.query_async(&mut c).await,
-                Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+                Connection::Cluster(mut c) => match node {
+                    None => cmd.query_async(&mut c).await,
+                    Some((host, port)) => {
+                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        });
+                        c.route_command(cmd.clone(), route).await
+                    }
+                },
             }
         };
         let result = match tokio::time::timeout(self.request_timeout, request).await {

@@ -77,10 +77,13 @@
 
 mod connection;
 mod error;
+mod list;
 mod reply;
 mod scripts;
 
-use super::{BoxFuture, ClaimOutcome, IdempotencyStore, StoreLimits};
+use super::{
+    BoxFuture, ClaimOutcome, Forgotten, IdempotencyStore, ListRequest, RecordPage, StoreLimits,
+};
 use crate::error::Error;
 use crate::record::{Claim, Record};
 use connection::{Inner, Target};
@@ -230,5 +233,13 @@ impl IdempotencyStore for RedisStore {
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.read_record(id))
+    }
+
+    fn forget<'a>(&'a self, record: &'a Record) -> BoxFuture<'a, Result<Forgotten, Error>> {
+        Box::pin(self.send_forget(record))
+    }
+
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<RecordPage, Error>> {
+        Box::pin(self.send_list(request))
     }
 }

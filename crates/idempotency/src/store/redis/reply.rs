@@ -127,7 +127,7 @@ pub(super) fn parse(id: &str, mut fields: Fields) -> Result<Record, Error> {
     Ok(record)
 }
 
-fn malformed(id: &str, what: &str) -> Error {
+pub(super) fn malformed(id: &str, what: &str) -> Error {
     Error::store(
         BACKEND,
         false,
@@ -137,7 +137,7 @@ fn malformed(id: &str, what: &str) -> Error {
 
 /// A reply of a shape the store does not expect: named by its type and size, never its
 /// content (it may hold a stored result, which must not land in logs).
-fn unexpected(id: &str, reply: &Value) -> Error {
+pub(super) fn unexpected(id: &str, reply: &Value) -> Error {
     Error::store(
         BACKEND,
         false,

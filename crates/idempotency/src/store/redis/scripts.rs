@@ -6,8 +6,8 @@ use super::RedisStore;
 use super::error::store_error;
 use super::reply::{claim_outcome, fenced};
 use crate::error::Error;
-use crate::record::{Claim, epoch_millis, epoch_secs};
-use crate::store::ClaimOutcome;
+use crate::record::{Claim, Record, epoch_millis, epoch_secs};
+use crate::store::{ClaimOutcome, Forgotten};
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 use std::sync::LazyLock;
 use std::time::SystemTime;
@@ -18,6 +18,8 @@ const CLAIM_LUA: &str = include_str!("scripts/claim.lua");
 const COMPLETE_LUA: &str = include_str!("scripts/complete.lua");
 /// Deletes a record if the lease token still matches ([`fenced`] reads the answer).
 const RELEASE_LUA: &str = include_str!("scripts/release.lua");
+/// Deletes a record if it is still as an operator read it.
+const FORGET_LUA: &str = include_str!("scripts/forget.lua");
 
 /// A script's body and its SHA-1, computed once.
 struct Lua {
@@ -37,6 +39,7 @@ impl Lua {
 static CLAIM: Lua = Lua::new(CLAIM_LUA, || Script::new(CLAIM_LUA));
 static COMPLETE: Lua = Lua::new(COMPLETE_LUA, || Script::new(COMPLETE_LUA));
 static RELEASE: Lua = Lua::new(RELEASE_LUA, || Script::new(RELEASE_LUA));
+static FORGET: Lua = Lua::new(FORGET_LUA, || Script::new(FORGET_LUA));
 
 impl RedisStore {
     /// `EVALSHA`, and the script itself once if the server does not know it. `args` adds
@@ -125,6 +128,28 @@ impl RedisStore {
             .await?;
         fenced(&claim.id, reply)
     }
+
+    pub(super) async fn send_forget(&self, read: &Record) -> Result<Forgotten, Error> {
+        let token = read.lease_token.as_deref().unwrap_or_default();
+        let reply = self
+            .eval(&FORGET, &read.id, token.len() + 64, |cmd| {
+                cmd.arg(read.status.as_str())
+                    .arg(epoch_secs(read.expiration))
+                    .arg(
+                        read.in_progress_expiration
+                            .map(epoch_millis)
+                            .map_or_else(String::new, |ms| ms.to_string()),
+                    )
+                    .arg(token);
+            })
+            .await?;
+        match reply {
+            Value::Int(1) => Ok(Forgotten::Deleted),
+            Value::Int(0) => Ok(Forgotten::Changed),
+            Value::Int(-1) => Ok(Forgotten::Absent),
+            other => Err(super::reply::unexpected(&read.id, &other)),
+        }
+    }
 }
 
 /// When Redis may delete the key: the lease module's rule, with [`KEY_GRACE`].
@@ -161,6 +186,7 @@ mod tests {
             ("claim", CLAIM_LUA),
             ("complete", COMPLETE_LUA),
             ("release", RELEASE_LUA),
+            ("forget", FORGET_LUA),
         ] {
             let (header, body) = lua
                 .strip_prefix("--[[\n")

@@ -408,7 +408,7 @@ impl Idempotency {
             };
             let result = match self
                 .engine
-                .claim(&id, validation, invocation)
+                .claim(&id, validation, invocation, op)
                 .await
                 .map_err(ExecuteError::Idempotency)
             {

@@ -71,7 +71,7 @@ impl Engine {
                 lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
-                at_most_once: op.at_most_once,
+                at_most_once: op.at_most_once || self.config.at_most_once,
             };
             let cutoff = lease::store_cutoff(&claim, answer_by);
             let store = &self.store;

@@ -404,9 +404,9 @@ def check_library_alarms(cfn: dict) -> list:
     its function name, its operation, and an outcome the library counts."""
     _, function, _ = sqs_mapping(cfn)
     namespace = function_env(cfn, function).get("METRICS_NAMESPACE")
-    outcomes = {"took_over", "in_progress"}
+    outcomes = {"took_over", "in_progress", "claim_abandoned"}
     known = {"executed", "took_over", "executed_unstored", "replayed", "replayed_from_cache", "joined",
-             "disabled", "in_progress", "rejected", "failed", "lease_lost", "store_error", "panicked", "cancelled"}
+             "disabled", "in_progress", "claim_abandoned", "rejected", "failed", "lease_lost", "store_error", "panicked", "cancelled"}
     problems = []
     notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for name, alarm in resources(cfn, "AWS::CloudWatch::Alarm").items():
@@ -430,6 +430,8 @@ def check_library_alarms(cfn: dict) -> list:
             problems.append(f"{name}: does not notify AlarmTopicArn")
         outcomes.discard(dims.get("outcome"))
     problems += [f"no alarm on the library's {o} count" for o in sorted(outcomes)]
+    if function_env(cfn, function).get("IDEMPOTENCY_AT_MOST_ONCE") != {"Ref": "AtMostOnce"}:
+        problems.append("the worker is not given AtMostOnce (IDEMPOTENCY_AT_MOST_ONCE)")
     return problems
 
 
@@ -527,6 +529,18 @@ SEEDED_MISTAKES = [
         "an alarm on an outcome the library never counts (took-over)",
         r"Value: took_over",
         "Value: took-over",
+        check_alarms,
+    ),
+    (
+        "no alarm on abandoned claims (at most once)",
+        r"Value: claim_abandoned",
+        "Value: rejected",
+        check_alarms,
+    ),
+    (
+        "the at-most-once switch not passed to the worker",
+        r"IDEMPOTENCY_AT_MOST_ONCE: !Ref AtMostOnce",
+        "IDEMPOTENCY_AT_MOST_ONCE: \"false\"",
         check_alarms,
     ),
     (

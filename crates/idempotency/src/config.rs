@@ -54,6 +54,9 @@ pub(crate) struct Config {
     pub(crate) local_cache_capacity: usize,
     /// Functions run without idempotency. See [`DISABLED_ENV`].
     pub(crate) disabled: bool,
+    /// Every operation of the handle is at-most-once, as if built with
+    /// [`Operation::at_most_once`](crate::Operation::at_most_once).
+    pub(crate) at_most_once: bool,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             store_attempt_timeout: DEFAULT_STORE_ATTEMPT_TIMEOUT,
             local_cache_capacity: 0,
             disabled: disabled_by_env(),
+            at_most_once: false,
         }
     }
 }

@@ -29,6 +29,22 @@ pub enum Error {
         /// transport's limit (SQS visibility timeouts end at 12 hours).
         retry_after: Duration,
     },
+    /// An [at-most-once](crate::Operation::at_most_once) operation found its key claimed by
+    /// a run whose lease ended without an outcome: that worker crashed or timed out, and
+    /// whether its effect happened is unknown. The function is not run again; retrying
+    /// never helps until an operator reads the record (`lambda-idempotency get <key>`),
+    /// settles what happened, and forgets it (`lambda-idempotency forget <key>`) to let
+    /// the next delivery run. See "At most once" in the repository's `docs/design.md`.
+    ClaimAbandoned {
+        /// The stored idempotency id.
+        key: String,
+        /// When the earlier run's lease ended (stored in the record, to the millisecond).
+        lease_ended: SystemTime,
+        /// When the earlier claim was made, to the second: the record's expiry less the
+        /// handle's `expires_after` (right when that setting has not changed since).
+        /// `None` when the expiry does not say (it was set by the lease, being later).
+        claimed_at: Option<SystemTime>,
+    },
     /// The key was used before with a different payload (its validation hash differs).
     /// The earlier result is deliberately not returned.
     PayloadMismatch {
@@ -214,7 +230,8 @@ impl Error {
             | Error::ResultTooLarge { .. }
             | Error::ResultNotStored { .. }
             | Error::Serialization { .. }
-            | Error::StoredResultIncompatible { .. } => true,
+            | Error::StoredResultIncompatible { .. }
+            | Error::ClaimAbandoned { .. } => true,
             Error::TwinFailed { kind, .. } => kind.is_permanent(),
             Error::AlreadyInProgress { .. }
             | Error::LeaseLost { .. }
@@ -261,6 +278,22 @@ impl fmt::Display for Error {
                     f,
                     "idempotency key {key:?} is already in progress in another worker (lease ends in {:.1}s); retry later",
                     retry_after.as_secs_f64()
+                )
+            }
+            Error::ClaimAbandoned {
+                key,
+                lease_ended,
+                claimed_at,
+            } => {
+                write!(f, "idempotency key {key:?} was claimed ")?;
+                match claimed_at {
+                    Some(at) => write!(f, "at {}", crate::record::Utc(*at))?,
+                    None => f.write_str("earlier")?,
+                }
+                write!(
+                    f,
+                    " by a run whose lease ended at {} without an outcome (it crashed or timed out): the earlier run's outcome is unknown, and the operation is at-most-once, so it is not run again. An operator checks whether its effect happened (`lambda-idempotency get {key}`), then forgets the record (`lambda-idempotency forget {key}`) to let the next delivery run; see docs/deploy.md",
+                    crate::record::Utc(*lease_ended)
                 )
             }
             Error::PayloadMismatch { key } => write!(
@@ -591,6 +624,15 @@ mod tests {
             (Error::store("memory", false, "denied"), false, false),
             (Error::store("memory", true, "throttled"), false, true),
             (Error::LeaseLost { key: key() }, false, true),
+            (
+                Error::ClaimAbandoned {
+                    key: key(),
+                    lease_ended: SystemTime::UNIX_EPOCH,
+                    claimed_at: None,
+                },
+                true,
+                false,
+            ),
             (
                 Error::AlreadyInProgress {
                     key: key(),

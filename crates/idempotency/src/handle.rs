@@ -81,6 +81,15 @@ impl IdempotencyBuilder {
         self
     }
 
+    /// Makes every operation of this handle at-most-once (see
+    /// [`Operation::at_most_once`](crate::Operation::at_most_once)): for a setting read
+    /// at start-up, where the operation is built elsewhere (`#[idempotent]`). Default: off,
+    /// each operation says.
+    pub fn at_most_once(mut self, at_most_once: bool) -> Self {
+        self.config.at_most_once = at_most_once;
+        self
+    }
+
     /// The first part of stored ids. Default: `AWS_LAMBDA_FUNCTION_NAME`, or `local`.
     /// It must contain neither `.` nor `#` (Lambda's function names never do).
     pub fn function_name(mut self, name: impl Into<String>) -> Self {
@@ -408,7 +417,7 @@ impl Idempotency {
             };
             let result = match self
                 .engine
-                .claim(&id, validation, invocation)
+                .claim(&id, validation, invocation, op)
                 .await
                 .map_err(ExecuteError::Idempotency)
             {

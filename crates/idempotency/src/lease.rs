@@ -104,6 +104,26 @@ pub(crate) fn is_claimable(
     epoch_secs(expiration) < epoch_secs(now)
 }
 
+/// Whether an in-progress record's lease ended before `now` while the record has not
+/// expired: what an [at-most-once](crate::store::Claim::at_most_once) claim never takes
+/// over. An expiry still frees the key, as it frees a completed record.
+pub(crate) fn is_abandoned(
+    status: Status,
+    expiration: SystemTime,
+    lease_end: Option<SystemTime>,
+    now: SystemTime,
+) -> bool {
+    status == Status::InProgress
+        && lease_end.is_some_and(|end| epoch_millis(end) < epoch_millis(now))
+        && epoch_secs(expiration) >= epoch_secs(now)
+}
+
+/// Whether `expiration` (stored in whole seconds) is in a second after `lease_end`'s:
+/// then the expiry was set by the record's `expires_after`, not raised to its lease.
+pub(crate) fn epoch_secs_after(expiration: SystemTime, lease_end: SystemTime) -> bool {
+    epoch_secs(expiration) > epoch_secs(lease_end)
+}
+
 /// When a store with per-key time-to-live may drop a record's key: after the second of
 /// `expiration` and after the lease (a record counts through both), plus `grace`. In
 /// epoch milliseconds.

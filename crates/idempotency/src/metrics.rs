@@ -6,7 +6,7 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `rejected`, `failed`, `lease_lost`, `store_error`, `panicked`, `cancelled`) |
+//! | [`OUTCOMES`] | counter | `function`, `operation`, `outcome` ([`Outcome::as_str`](crate::Outcome::as_str), or `in_progress`, `claim_abandoned`, `rejected`, `failed`, `lease_lost`, `store_error`, `panicked`, `cancelled`) |
 //! | [`BATCH_FAILURES`] | counter | `kind` ([`FailureKind::as_str`](crate::FailureKind::as_str)) |
 //! | [`BATCH_SKIPPED`] | counter | `reason` (`remove`: a DynamoDB Streams `REMOVE`) |
 //! | [`STORE_REQUESTS`] | counter | `store`, `operation` (`claim`, `complete`, `release`, `get`; an operator's `forget`, `list`), `result` (`ok`, `error`, `timeout`) |
@@ -37,7 +37,7 @@ pub fn describe() {
         describe_counter!(
             OUTCOMES,
             Unit::Count,
-            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, rejected, failed, lease_lost, store_error, panicked, cancelled"
+            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, claim_abandoned, rejected, failed, lease_lost, store_error, panicked, cancelled"
         );
         describe_counter!(
             BATCH_FAILURES,
@@ -146,6 +146,7 @@ pub(crate) fn outcome_label<T, E>(
 pub(crate) fn error_label(e: &crate::Error) -> &'static str {
     match e {
         crate::Error::AlreadyInProgress { .. } => "in_progress",
+        crate::Error::ClaimAbandoned { .. } => "claim_abandoned",
         e if e.is_permanent() => "rejected",
         crate::Error::LeaseLost { .. } => "lease_lost",
         crate::Error::TwinFailed { .. } => "failed",

@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::key::KeyStrategy;
 use serde_json::Value;
+use std::time::Duration;
 
 /// What separates the parts of a stored id: `{function_name}.{operation}#{key}`. The
 /// function name may hold neither, the operation and an explicit key prefix no `#`, so
@@ -27,6 +28,10 @@ pub struct Operation {
     pub(crate) key: KeyStrategy,
     pub(crate) validation: Option<Vec<String>>,
     pub(crate) key_prefix: Option<String>,
+    /// Never take over a claim whose lease ended; see [`at_most_once`](Self::at_most_once).
+    pub(crate) at_most_once: bool,
+    /// This operation's lease, in place of the handle's; see [`lease`](Self::lease).
+    pub(crate) lease: Option<Duration>,
 }
 
 impl Operation {
@@ -54,6 +59,8 @@ impl Operation {
             key,
             validation: None,
             key_prefix: None,
+            at_most_once: false,
+            lease: None,
         }
     }
 
@@ -68,6 +75,9 @@ impl Operation {
         }
         if let Some(prefix) = &self.key_prefix {
             check_name("key prefix", prefix, &[PREFIX_END])?;
+        }
+        if let Some(lease) = self.lease {
+            check_lease(lease)?;
         }
         Ok(())
     }
@@ -127,6 +137,49 @@ impl Operation {
 
     pub(crate) fn key_prefix_unchecked(mut self, prefix: String) -> Self {
         self.key_prefix = Some(prefix);
+        self
+    }
+
+    /// Runs the operation at most once per key: a claim whose lease ended without an
+    /// outcome (its worker crashed or timed out mid-run) is never taken over. The delivery
+    /// that finds one fails for good with [`Error::ClaimAbandoned`], which says when the
+    /// claim was made; an operator decides what happened and forgets the record to let
+    /// the key run again. For effects where a second run is worse than none (a payment,
+    /// an email). Off by default: a lapsed claim is taken over and the function runs again.
+    ///
+    /// A function that returns an error (or panics) still releases its claim, as it does
+    /// without this: the next delivery runs it again. Return an error only when the
+    /// effect did not happen.
+    pub fn at_most_once(mut self) -> Self {
+        self.at_most_once = true;
+        self
+    }
+
+    /// Claims of this operation hold their key for `lease`, in place of the handle's
+    /// [`lease`](crate::IdempotencyBuilder::lease) or the invocation's deadline; never
+    /// past the deadline (nothing runs after it). Choose it longer than the function can
+    /// take: a claim whose lease ended counts as crashed, is taken over (or, with
+    /// [`at_most_once`](Self::at_most_once), refused as abandoned), and store requests
+    /// for it stop shortly before it ends.
+    ///
+    /// # Panics
+    ///
+    /// If `lease` is shorter than a second or longer than 12 hours (see
+    /// [`try_lease`](Self::try_lease)).
+    pub fn lease(self, lease: Duration) -> Self {
+        self.lease_unchecked(lease).or_panic()
+    }
+
+    /// Like [`lease`](Self::lease), returning [`Error::InvalidName`] (`what: "lease"`)
+    /// instead of panicking.
+    pub fn try_lease(self, lease: Duration) -> Result<Self, Error> {
+        let op = self.lease_unchecked(lease);
+        op.check()?;
+        Ok(op)
+    }
+
+    pub(crate) fn lease_unchecked(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
         self
     }
 
@@ -219,6 +272,25 @@ impl Outcome {
             Outcome::Executed | Outcome::TookOver | Outcome::ExecutedUnstored | Outcome::Disabled
         )
     }
+}
+
+/// The longest lease an operation may set: SQS's longest visibility timeout. A claim
+/// held longer would outlive any redelivery's wait, and keep its record past the
+/// expiry.
+pub(crate) const MAX_OPERATION_LEASE: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// Refuses a lease shorter than [`MIN_LEASE`](crate::lease::MIN_LEASE), which the store's
+/// millisecond clock and the completion's margin leave no time to run in, or longer than
+/// [`MAX_OPERATION_LEASE`].
+fn check_lease(lease: Duration) -> Result<(), Error> {
+    if (crate::lease::MIN_LEASE..=MAX_OPERATION_LEASE).contains(&lease) {
+        return Ok(());
+    }
+    Err(Error::InvalidName {
+        what: "lease",
+        name: format!("{lease:?}"),
+        reason: "a lease runs from 1 second to 12 hours (SQS's longest visibility timeout); choose one longer than the function can take".into(),
+    })
 }
 
 /// Refuses an empty name, or one holding a separator of the stored id, which would let two

@@ -131,10 +131,27 @@ impl Record {
     /// Whether `claim` may replace this record: it no longer counts at the claim's time,
     /// or it is the claim's own in-progress record, written by an earlier attempt of the
     /// same claim whose answer was lost.
+    ///
+    /// An [at-most-once](Claim::at_most_once) claim never takes over an in-progress
+    /// record whose lease ended ([`is_abandoned_at`](Self::is_abandoned_at)): only a free,
+    /// expired or own record.
     pub fn is_claimable_by(&self, claim: &Claim) -> bool {
-        self.is_claimable_at(claim.now)
-            || (self.status == Status::InProgress
-                && self.lease_token.as_deref() == Some(claim.lease_token.as_str()))
+        let own = self.status == Status::InProgress
+            && self.lease_token.as_deref() == Some(claim.lease_token.as_str());
+        own || (self.is_claimable_at(claim.now)
+            && !(claim.at_most_once && self.is_abandoned_at(claim.now)))
+    }
+
+    /// Whether the record is a claim whose lease ended at `now` but which has not
+    /// expired: its worker crashed or timed out, and whether its run took effect is
+    /// unknown. A claim takes it over, unless it is [at-most-once](Claim::at_most_once).
+    pub fn is_abandoned_at(&self, now: SystemTime) -> bool {
+        crate::lease::is_abandoned(
+            self.status,
+            self.expiration,
+            self.in_progress_expiration,
+            now,
+        )
     }
 }
 
@@ -155,6 +172,10 @@ pub struct Claim {
     pub lease_token: String,
     /// Validation hash of the payload.
     pub validation: Option<String>,
+    /// Never take over an in-progress record whose lease ended
+    /// ([`Record::is_abandoned_at`]): the operation runs at most once per key, and a
+    /// crashed run is left for an operator.
+    pub at_most_once: bool,
 }
 
 impl Claim {
@@ -176,7 +197,15 @@ impl Claim {
             lease_until,
             lease_token: lease_token.into(),
             validation: None,
+            at_most_once: false,
         }
+    }
+
+    /// A claim that never takes over an in-progress record whose lease ended
+    /// ([`at_most_once`](Self::at_most_once)'s field).
+    pub fn at_most_once(mut self) -> Self {
+        self.at_most_once = true;
+        self
     }
 
     /// The record's expiry (`expiration`).
@@ -225,6 +254,35 @@ pub fn from_epoch_secs(secs: u64) -> SystemTime {
 /// Values past the year 2500 are capped there, never a panic.
 pub fn from_epoch_millis(millis: u64) -> SystemTime {
     crate::clock::add(UNIX_EPOCH, Duration::from_millis(millis))
+}
+
+/// A time as an RFC 3339 UTC timestamp to the millisecond (`2024-05-01T12:00:00.250Z`),
+/// for messages an operator reads.
+pub(crate) struct Utc(pub(crate) SystemTime);
+
+impl fmt::Display for Utc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = epoch_millis(self.0);
+        let (secs, millis) = (ms / 1000, ms % 1000);
+        let (days, day_secs) = (secs / 86_400, secs % 86_400);
+        // Howard Hinnant's civil_from_days, for days since 1970-01-01 (never negative).
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            day_secs / 3600,
+            day_secs / 60 % 60,
+            day_secs % 60
+        )
+    }
 }
 
 /// The length of every lease token [`new_lease_token`] makes.
@@ -347,6 +405,7 @@ mod tests {
             lease_until: from_epoch_millis(1_030_500),
             lease_token: "mine".into(),
             validation: None,
+            at_most_once: false,
         };
         let mut own = claim.to_record();
         assert!(
@@ -364,5 +423,49 @@ mod tests {
             !done.is_claimable_by(&claim),
             "a late retry never reopens its own completed record"
         );
+    }
+
+    #[test]
+    fn times_print_as_rfc_3339_utc() {
+        let utc = |ms| Utc(from_epoch_millis(ms)).to_string();
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400_250), "2000-02-29T00:00:00.250Z");
+        assert_eq!(utc(1_714_564_800_000), "2024-05-01T12:00:00.000Z");
+        assert_eq!(utc(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn an_at_most_once_claim_takes_a_free_expired_or_own_record_but_no_lapsed_lease() {
+        let now = from_epoch_millis(1_000_500);
+        let claim = Claim::new("k", now, from_epoch_millis(1_030_500), "mine").at_most_once();
+        let lapsed = record(Status::InProgress, 2_000, Some(1_000_499));
+        assert!(lapsed.is_abandoned_at(now));
+        assert!(
+            !lapsed.is_claimable_by(&claim),
+            "a lapsed lease is not taken over"
+        );
+        let takeover = Claim::new("k", now, from_epoch_millis(1_030_500), "mine");
+        assert!(
+            lapsed.is_claimable_by(&takeover),
+            "the default takes it over"
+        );
+        let mut own = lapsed.clone();
+        own.lease_token = Some("mine".into());
+        assert!(
+            own.is_claimable_by(&claim),
+            "its own record, after a lost answer"
+        );
+        let expired = record(Status::InProgress, 999, Some(1_000_499));
+        assert!(!expired.is_abandoned_at(now));
+        assert!(expired.is_claimable_by(&claim), "an expired claim is free");
+        assert!(record(Status::Completed, 999, None).is_claimable_by(&claim));
+        let live = record(Status::InProgress, 2_000, Some(1_000_500));
+        assert!(!live.is_abandoned_at(now) && !live.is_claimable_by(&claim));
+        let no_lease = record(Status::InProgress, 2_000, None);
+        assert!(
+            !no_lease.is_abandoned_at(now),
+            "held until expiry, not abandoned"
+        );
+        assert!(!record(Status::Completed, 2_000, None).is_abandoned_at(now));
     }
 }

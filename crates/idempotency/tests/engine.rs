@@ -598,3 +598,232 @@ fn check_writes_asks_the_store_through_its_wrappers_and_refuses_a_disabled_handl
     let refused = disabled.check_writes::<MemoryWrites>().unwrap_err();
     assert!(refused.to_string().contains("disabled"), "{refused}");
 }
+
+/// At most once: a crashed run's claim is never taken over, however late the next
+/// delivery comes before the record expires. It fails for good with `ClaimAbandoned`,
+/// naming when the claim was made and its lease ended, and runs nothing.
+#[tokio::test(start_paused = true)]
+async fn an_at_most_once_operation_never_takes_over_a_crashed_run() {
+    use lambda_idempotency::clock::Clock;
+    let store = FaultyStore::new(MemoryStore::new());
+    let clock = paused_clock();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_secs(600))
+        .clock(clock.clone())
+        .build();
+    let once = op().at_most_once().lease(Duration::from_secs(2));
+    let claimed_at = clock.now();
+    let pay = payload("pay");
+    let crashed = idem.execute(&once, &pay, || async {
+        std::future::pending::<()>().await;
+        Ok::<_, String>("never".to_string())
+    });
+    let _ = tokio::time::timeout(Duration::from_millis(50), crashed).await;
+    let record = store.inner().record("local.generate#pay").unwrap();
+    assert_eq!(
+        record.in_progress_expiration,
+        Some(claimed_at + Duration::from_secs(2)),
+        "the operation's lease, not the handle's"
+    );
+    let calls = AtomicU32::new(0);
+    let run = || {
+        idem.execute(&once, &pay, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("again".to_string())
+        })
+    };
+    assert!(
+        matches!(
+            run().await,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "within its lease the run is in progress"
+    );
+    for wait in [Duration::from_secs(2), Duration::from_secs(86_400)] {
+        tokio::time::sleep(wait).await;
+        store.reset_requests();
+        match run().await {
+            Err(ExecuteError::Idempotency(
+                e @ Error::ClaimAbandoned {
+                    lease_ended,
+                    claimed_at: at,
+                    ..
+                },
+            )) => {
+                assert_eq!(lease_ended, claimed_at + Duration::from_secs(2));
+                assert_eq!(at, Some(claimed_at), "the claim's second, from its expiry");
+                let text = e.to_string();
+                assert!(text.contains("outcome is unknown"), "{text}");
+                assert!(text.contains("2027-01-15T08:00:00.000Z"), "{text}");
+                assert!(
+                    text.contains("lambda-idempotency forget local.generate#pay"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected ClaimAbandoned, got {other:?}"),
+        }
+        assert_eq!(store.total_requests(), 1, "one claim, nothing else");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "never run again");
+    // A wrong payload under the key is still a mismatch first.
+    let other = json!({"request_id": "pay", "prompt": "other"});
+    let mismatch = idem
+        .execute(&once, &other, || async { Ok::<_, String>(String::new()) })
+        .await;
+    assert!(
+        matches!(
+            mismatch,
+            Err(ExecuteError::Idempotency(Error::PayloadMismatch { .. }))
+        ),
+        "{mismatch:?}"
+    );
+}
+
+/// At most once, the other ways a claim ends: a function that fails releases it (the
+/// next delivery runs), a result lost to the store leaves it (the next delivery finds it
+/// abandoned: the function did run), and a record that expired frees the key.
+#[tokio::test(start_paused = true)]
+async fn at_most_once_releases_on_an_error_and_holds_after_a_lost_result() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let clock = paused_clock();
+    let idem = Idempotency::builder(store.clone())
+        .lease(Duration::from_secs(5))
+        .expires_after(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build();
+    let once = op().at_most_once();
+    let failed = idem
+        .execute(&once, &payload("e"), || async {
+            Err::<String, _>("the provider said 500".to_string())
+        })
+        .await;
+    assert!(
+        matches!(failed, Err(ExecuteError::Function(_))),
+        "{failed:?}"
+    );
+    let calls = AtomicU32::new(0);
+    let (_, outcome) = idem
+        .execute(&once, &payload("e"), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("ran".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Executed, "a released key runs again");
+
+    store.inject(StoreOp::Complete, Fault::Unavailable, 100_000);
+    let (_, outcome) = idem
+        .execute(&once, &payload("lost"), || async {
+            Ok::<_, String>("paid".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::ExecutedUnstored);
+    store.clear_faults();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let again = idem
+        .execute(&once, &payload("lost"), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("paid twice".to_string())
+        })
+        .await;
+    assert!(
+        matches!(
+            again,
+            Err(ExecuteError::Idempotency(Error::ClaimAbandoned { .. }))
+        ),
+        "a run whose result was lost did run: {again:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let (_, outcome) = idem
+        .execute(&once, &payload("lost"), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("after expiry".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::TookOver,
+        "an expired record frees the key"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// An operation's lease is checked when it is built: under a second or over 12 hours
+/// is refused (a zero lease leaves nothing to run in; `Duration::MAX` would hold a
+/// crashed claim for centuries), with the setting named.
+#[test]
+fn an_operation_lease_is_checked_when_it_is_built() {
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(12 * 3600 + 1),
+        Duration::MAX,
+    ] {
+        match op().try_lease(lease) {
+            Err(e @ Error::InvalidName { what: "lease", .. }) => {
+                assert!(e.to_string().contains("1 second to 12 hours"), "{e}");
+            }
+            other => panic!("{lease:?}: {other:?}"),
+        }
+        assert!(
+            std::panic::catch_unwind(|| op().lease(lease)).is_err(),
+            "{lease:?}"
+        );
+    }
+    for lease in [Duration::from_secs(1), Duration::from_secs(12 * 3600)] {
+        op().try_lease(lease).unwrap();
+    }
+}
+
+/// An operation's lease never outlives the invocation, as the handle's never does.
+#[tokio::test(start_paused = true)]
+async fn an_operation_lease_is_cut_at_the_deadline() {
+    use lambda_idempotency::clock::Clock;
+    let store = FaultyStore::new(MemoryStore::new());
+    let clock = paused_clock();
+    let idem = Idempotency::builder(store.clone())
+        .clock(clock.clone())
+        .build();
+    let deadline = clock.now() + Duration::from_secs(5);
+    let s = store.clone();
+    idem.execute_until(
+        &op().lease(Duration::from_secs(900)),
+        &payload("d"),
+        deadline,
+        || async move {
+            let lease = s
+                .inner()
+                .record("local.generate#d")
+                .unwrap()
+                .in_progress_expiration;
+            assert_eq!(lease, Some(deadline), "the deadline, not 900 s");
+            Ok::<_, String>("answer".to_string())
+        },
+    )
+    .await
+    .unwrap();
+    let short = clock.now();
+    let s = store.clone();
+    idem.execute_until(
+        &op().lease(Duration::from_secs(2)),
+        &payload("s"),
+        deadline,
+        || async move {
+            let lease = s
+                .inner()
+                .record("local.generate#s")
+                .unwrap()
+                .in_progress_expiration;
+            assert_eq!(
+                lease,
+                Some(short + Duration::from_secs(2)),
+                "shorter than the deadline"
+            );
+            Ok::<_, String>("answer".to_string())
+        },
+    )
+    .await
+    .unwrap();
+}

@@ -1465,3 +1465,46 @@ async fn a_twin_waiting_in_memory_answers_a_second_before_the_deadline() {
         "the twin answered after {took:?}, with the deadline {deadline_in:?} away"
     );
 }
+
+/// At most once: a request whose key a crashed invocation claimed is `500`
+/// `outcome-unknown` with no `Retry-After` (retrying never helps until an operator acts),
+/// and the handler does not run again. A lease out of range is refused at build.
+#[tokio::test]
+async fn an_at_most_once_key_whose_run_crashed_is_500_outcome_unknown() {
+    let store = store();
+    let app = App::new();
+    let once = layer(&store)
+        .at_most_once()
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let service = layered(&app, once);
+    let crashed = send(&service, HTTP_API, |e| set_header(e, "x-test", "gate"));
+    let _ = tokio::time::timeout(Duration::from_millis(50), crashed).await;
+    let held = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(held.status, 409, "in progress while its lease lasts");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let answer = send(&service, HTTP_API, |_| {}).await;
+    assert_eq!(answer.status, 500);
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(answer.header("retry-after"), None);
+    let problem = answer.json();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#outcome-unknown"),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("unknown"),
+        "{problem}"
+    );
+    assert_eq!(app.calls(), 1, "the crashed run only");
+
+    let refused = layer(&store).lease(Duration::ZERO).build().unwrap_err();
+    assert!(refused.to_string().contains("lease"), "{refused}");
+}

@@ -127,3 +127,41 @@ async fn concurrent_invocations_share_one_handle() {
         "duplicates were replayed or handed back, never re-run"
     );
 }
+
+/// At most once through the layer: a key whose run crashed is refused with
+/// `ClaimAbandoned`, and the handler does not run again.
+#[tokio::test]
+async fn an_at_most_once_handler_whose_run_crashed_is_not_run_again() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |_: LambdaEvent<Value>| {
+        let calls = counted.clone();
+        async move {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, lambda_runtime::Error>(json!({"sent": true}))
+        }
+    });
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("email", KeyStrategy::field("email_id"))
+        .at_most_once()
+        .lease(Duration::from_secs(1));
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+    let crashed = call(&mut service, json!({"email_id": "e1"}));
+    let _ = tokio::time::timeout(Duration::from_millis(50), crashed).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let err = call(&mut service, json!({"email_id": "e1"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<Error>(),
+            Some(e @ Error::ClaimAbandoned { .. }) if e.is_permanent()
+        ),
+        "{err}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

@@ -658,3 +658,43 @@ fn with_the_idempotency_span_filtered_out_the_callers_span_is_left_alone() {
         spans[0]
     );
 }
+
+/// A delivery that finds an at-most-once key's crashed claim is counted as
+/// `claim_abandoned` (what the template's alarm watches), once per delivery.
+#[test]
+fn an_abandoned_claim_is_counted_as_claim_abandoned() {
+    let all = recorded(|| async move {
+        let idempotency = Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .build();
+        let op = Operation::new("pay", KeyStrategy::field("id"))
+            .at_most_once()
+            .lease(Duration::from_secs(1));
+        let payload = json!({"id": "p"});
+        let crashed = idempotency.run(&op, &payload, || async {
+            std::future::pending::<Result<(), lambda_idempotency::Error>>().await
+        });
+        let _ = tokio::time::timeout(Duration::from_millis(20), crashed).await;
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        for _ in 0..2 {
+            let again: Result<(), lambda_idempotency::Error> =
+                idempotency.run(&op, &payload, || async { Ok(()) }).await;
+            assert!(matches!(
+                again,
+                Err(lambda_idempotency::Error::ClaimAbandoned { .. })
+            ));
+        }
+    });
+    assert_eq!(
+        counter(
+            &all,
+            OUTCOMES,
+            &[
+                ("function", "fn"),
+                ("operation", "pay"),
+                ("outcome", "claim_abandoned")
+            ]
+        ),
+        2
+    );
+}

@@ -82,6 +82,10 @@ pub struct WorkerConfig {
     /// in-memory store's) that receives each answer in the same atomic step as its record.
     /// Not with Redis, which cannot commit it with the record: the start-up fails.
     pub answers_table: Option<String>,
+    /// `IDEMPOTENCY_AT_MOST_ONCE=true`: a request whose earlier run crashed mid-call is
+    /// never asked of the provider again; it fails for good and waits for an operator
+    /// (docs/deploy.md). `false` or unset: the default, a crashed run is taken over.
+    pub at_most_once: bool,
 }
 
 /// What `Debug` shows instead of a secret.
@@ -187,6 +191,7 @@ impl fmt::Debug for WorkerConfig {
             )
             .field("model_api_key_secret_arn", &self.model_api_key_secret_arn)
             .field("expires_after", &self.expires_after)
+            .field("at_most_once", &self.at_most_once)
             .finish()
     }
 }
@@ -362,6 +367,16 @@ impl WorkerConfig {
                 ));
             }
         }
+        let at_most_once = match get("IDEMPOTENCY_AT_MOST_ONCE").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                problems.push(format!(
+                    "IDEMPOTENCY_AT_MOST_ONCE={other:?} is neither true nor false"
+                ));
+                false
+            }
+        };
         let answers_table = get("ANSWERS_TABLE");
         if let (Some(table), Some(store)) = (&answers_table, &store)
             && let Some(problem) = answers_table_problem(store, table)
@@ -376,6 +391,7 @@ impl WorkerConfig {
                 model_api_key_secret_arn,
                 expires_after,
                 answers_table,
+                at_most_once,
             }),
             _ => Err(ConfigError(problems)),
         }
@@ -481,6 +497,37 @@ mod tests {
         assert_eq!(c.model_base_url, "https://models.example");
         assert_eq!(c.model_api_key.as_deref(), Some("sk-1"));
         assert_eq!(c.expires_after, Some(Duration::from_secs(1_209_600)));
+    }
+
+    #[test]
+    fn at_most_once_is_true_false_or_unset_and_anything_else_fails_the_start_up() {
+        let base = [
+            ("IDEMPOTENCY_TABLE", "idem"),
+            ("MODEL_BASE_URL", "https://m.example"),
+        ];
+        let with = |value: Option<&str>| {
+            let mut vars = base.to_vec();
+            vars.extend(value.map(|v| ("IDEMPOTENCY_AT_MOST_ONCE", v)));
+            config(&vars)
+        };
+        assert!(!with(None).unwrap().at_most_once, "off by default");
+        assert!(!with(Some("false")).unwrap().at_most_once);
+        assert!(with(Some("true")).unwrap().at_most_once);
+        for bad in ["yes", "1", "TRUE"] {
+            let err = with(Some(bad)).unwrap_err().to_string();
+            assert!(err.contains("IDEMPOTENCY_AT_MOST_ONCE"), "{bad}: {err}");
+        }
+        let both = config(&[
+            ("IDEMPOTENCY_AT_MOST_ONCE", "on"),
+            ("MODEL_BASE_URL", "ftp://x"),
+            ("IDEMPOTENCY_TABLE", "idem"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            both.contains("IDEMPOTENCY_AT_MOST_ONCE") && both.contains("MODEL_BASE_URL"),
+            "every problem at once: {both}"
+        );
     }
 
     #[test]

@@ -427,5 +427,5 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
         Some(expiry) => builder.expires_after(expiry),
         None => builder,
     };
-    Ok(builder.build())
+    Ok(builder.at_most_once(config.at_most_once).build())
 }

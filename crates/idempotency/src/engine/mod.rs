@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::error::{Error, ExecuteError};
 use crate::invocation::Invocation;
 use crate::lease;
-use crate::operation::Outcome;
+use crate::operation::{Operation, Outcome};
 use crate::record::{Claim, Record, Status, new_lease_token};
 use crate::store::{ClaimOutcome, IdempotencyStore};
 use crate::writes::Writes;
@@ -43,13 +43,14 @@ impl fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Claims `id`, or answers from the cache or the store. `invocation` bounds the lease
-    /// and the store requests.
+    /// Claims `id` for `op`, or answers from the cache or the store. `invocation` bounds
+    /// the lease and the store requests; `op`'s lease, if set, replaces the handle's.
     pub(crate) async fn claim<T: DeserializeOwned>(
         &self,
         id: &str,
         validation: Option<String>,
         invocation: Option<Invocation>,
+        op: &Operation,
     ) -> Result<Claimed<T>, Error> {
         let cached = self.cache.as_ref().and_then(|c| c.get(id, self.now()));
         if let Some(cached) = cached {
@@ -62,7 +63,7 @@ impl Engine {
         let answer_by = invocation.map(|i| i.answer_by);
         for _ in 0..attempts {
             let now = self.now();
-            let lease_until = lease::lease_until(now, self.config.lease, deadline);
+            let lease_until = lease::lease_until(now, op.lease.or(self.config.lease), deadline);
             let claim = Claim {
                 id: id.to_owned(),
                 now,
@@ -70,6 +71,7 @@ impl Engine {
                 lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
+                at_most_once: op.at_most_once || self.config.at_most_once,
             };
             let cutoff = lease::store_cutoff(&claim, answer_by);
             let store = &self.store;
@@ -112,6 +114,9 @@ impl Engine {
                         continue;
                     }
                     check_validation(id, record.validation.as_deref(), validation.as_deref())?;
+                    if claim.at_most_once && record.is_abandoned_at(now) {
+                        return Err(self.abandoned(record));
+                    }
                     return self.answer_existing(record);
                 }
                 ClaimOutcome::Vanished => {
@@ -124,6 +129,28 @@ impl Engine {
             key: id.to_owned(),
             attempts,
         })
+    }
+
+    /// The error for an abandoned claim an at-most-once claim found: the earlier run's
+    /// outcome is unknown, and an operator resolves it.
+    fn abandoned(&self, record: Record) -> Error {
+        let lease_ended = record.in_progress_expiration.unwrap_or(record.expiration);
+        // The claim set its expiry to `expires_after` from its time, unless its lease
+        // ended later (then the expiry says nothing of the claim's time).
+        let claimed_at = record
+            .expiration
+            .checked_sub(self.config.expires_after)
+            .filter(|_| lease::epoch_secs_after(record.expiration, lease_ended));
+        error!(
+            ?lease_ended,
+            ?claimed_at,
+            "CLAIM ABANDONED: an at-most-once operation's earlier run ended without an outcome; not running it again until an operator forgets the record"
+        );
+        Error::ClaimAbandoned {
+            key: record.id,
+            lease_ended,
+            claimed_at,
+        }
     }
 
     fn answer_existing<T: DeserializeOwned>(&self, record: Record) -> Result<Claimed<T>, Error> {

@@ -72,6 +72,10 @@ pub struct IdempotencyKeyLayerBuilder {
     max_retry_after: Duration,
     store_rule: Arc<StoreRule>,
     problem_base: String,
+    /// See [`at_most_once`](Self::at_most_once).
+    at_most_once: bool,
+    /// See [`lease`](Self::lease).
+    lease: Option<Duration>,
 }
 
 impl IdempotencyKeyLayer {
@@ -108,6 +112,8 @@ impl IdempotencyKeyLayer {
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             store_rule: Arc::new(stored::store_by_default),
             problem_base: DEFAULT_PROBLEM_BASE.to_owned(),
+            at_most_once: false,
+            lease: None,
         }
     }
 }
@@ -198,16 +204,34 @@ impl IdempotencyKeyLayerBuilder {
     /// The base of the problems' `type` URIs, to which each problem's name is appended
     /// (`key-missing`, `key-invalid`, `caller-unidentified`, `key-reused`,
     /// `request-in-progress`, `body-unreadable`, `response-unreadable`,
-    /// `store-unavailable`, `store-failed`). Default: this project's HTTP guide.
+    /// `store-unavailable`, `store-failed`, `outcome-unknown`). Default: this project's HTTP guide.
     pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {
         self.problem_base = base.into();
+        self
+    }
+
+    /// Runs each key's handler at most once: a request that finds the key claimed by a
+    /// run whose lease ended without a response (its invocation crashed or timed out) is
+    /// answered `500` with the problem `outcome-unknown` instead of running the handler
+    /// again, until an operator forgets the record. See
+    /// [`Operation::at_most_once`](crate::Operation::at_most_once). Default: off.
+    pub fn at_most_once(mut self) -> Self {
+        self.at_most_once = true;
+        self
+    }
+
+    /// The claims' lease, in place of the handle's or the invocation's deadline; see
+    /// [`Operation::lease`](crate::Operation::lease). [`build`](Self::build) refuses one
+    /// shorter than a second or longer than 12 hours.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
         self
     }
 
     /// The layer, or the first setting that cannot work: an operation name that is empty
     /// or holds `#` (which ends the stored id's prefix, `{function}.{operation}#{key}`; a
     /// `.` is accepted, as the function name holds none and so the first `.` ends it), a
-    /// header name that is none, a zero key length, no caller scope.
+    /// header name that is none, a zero key length, no caller scope, a lease out of range.
     pub fn build(self) -> Result<IdempotencyKeyLayer, Error> {
         let header_name = |what: &'static str, name: &str| {
             HeaderName::try_from(name).map_err(|_| Error::InvalidName {
@@ -235,6 +259,15 @@ impl IdempotencyKeyLayerBuilder {
             KeyStrategy::hash_unchecked(vec!["scope".into(), "key".into()]),
         )?
         .validate_unchecked(vec!["fingerprint".into()]);
+        let operation = match self.lease {
+            Some(lease) => operation.try_lease(lease)?,
+            None => operation,
+        };
+        let operation = if self.at_most_once {
+            operation.at_most_once()
+        } else {
+            operation
+        };
         #[cfg(feature = "lambda-http")]
         let scope = self.scope.unwrap_or_else(CallerScope::lambda_authorizer);
         #[cfg(not(feature = "lambda-http"))]

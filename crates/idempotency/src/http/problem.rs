@@ -32,6 +32,9 @@ pub(crate) enum Problem {
     StoreUnavailable,
     /// `500`: the store failed, or holds a response this layer cannot read.
     StoreFailed,
+    /// `500`: an at-most-once key's earlier run ended without a response; what it did is
+    /// unknown, and no retry helps until an operator settles it.
+    OutcomeUnknown,
 }
 
 impl Problem {
@@ -44,7 +47,9 @@ impl Problem {
             Problem::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::InProgress => StatusCode::CONFLICT,
             Problem::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Problem::StoreFailed | Problem::ResponseUnreadable => StatusCode::INTERNAL_SERVER_ERROR,
+            Problem::StoreFailed | Problem::ResponseUnreadable | Problem::OutcomeUnknown => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -60,6 +65,7 @@ impl Problem {
             Problem::ResponseUnreadable => "response-unreadable",
             Problem::StoreUnavailable => "store-unavailable",
             Problem::StoreFailed => "store-failed",
+            Problem::OutcomeUnknown => "outcome-unknown",
         }
     }
 
@@ -74,6 +80,9 @@ impl Problem {
             Problem::ResponseUnreadable => "Response body unreadable",
             Problem::StoreUnavailable => "Idempotency store unavailable",
             Problem::StoreFailed => "Idempotency store failed",
+            Problem::OutcomeUnknown => {
+                "The outcome of an earlier request with this idempotency key is unknown"
+            }
         }
     }
 
@@ -167,9 +176,10 @@ mod tests {
             Problem::ResponseUnreadable,
             Problem::StoreUnavailable,
             Problem::StoreFailed,
+            Problem::OutcomeUnknown,
         ];
         let statuses: Vec<u16> = all.iter().map(|p| p.status().as_u16()).collect();
-        assert_eq!(statuses, [400, 400, 401, 422, 409, 400, 500, 503, 500]);
+        assert_eq!(statuses, [400, 400, 401, 422, 409, 400, 500, 503, 500, 500]);
         let mut slugs: Vec<_> = all.iter().map(|p| p.slug()).collect();
         slugs.sort_unstable();
         slugs.dedup();

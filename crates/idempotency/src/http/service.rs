@@ -413,6 +413,14 @@ impl Settings {
     fn error_problem<B: From<Vec<u8>>>(&self, e: &Error) -> Response<B> {
         match e {
             Error::AlreadyInProgress { retry_after, .. } => self.in_progress(*retry_after),
+            Error::ClaimAbandoned { .. } => {
+                error!(error = %report(e), "an at-most-once request's earlier run ended without a response; answering 500");
+                self.problem(
+                    Problem::OutcomeUnknown,
+                    "an earlier request with this idempotency key was started and did not finish; whether it took effect is unknown, and it is not run again until an operator resolves it",
+                    None,
+                )
+            }
             Error::PayloadMismatch { .. } => self.problem(
                 Problem::KeyReused,
                 "this idempotency key was already used with another request (method, path, query, body or a fingerprinted header differ)",

@@ -219,7 +219,11 @@ impl StoreLimits {
 ///   `claim.now` (by milliseconds); or it has expired (`expiration` before `claim.now`, by
 ///   whole seconds) and is not in progress with a live lease; or it is in progress with
 ///   the claim's own lease token (an earlier attempt of this same claim was applied but
-///   its answer was lost). Never read-then-write.
+///   its answer was lost). Never read-then-write. An
+///   [at-most-once](Claim::at_most_once) claim never takes over an in-progress record
+///   whose lease ended but which has not expired ([`Record::is_abandoned_at`]): it gets
+///   that record back in [`ClaimOutcome::Exists`]. `is_claimable_by` says all of this;
+///   a store that evaluates its own condition must honour the flag too.
 /// - `complete` sets status `COMPLETED`, the result and a new expiration, and `release`
 ///   deletes the record, each only if the stored lease token equals `lease_token`;
 ///   otherwise they fail with [`Error::LeaseLost`] and change nothing (a missing record

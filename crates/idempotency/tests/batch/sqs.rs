@@ -1001,3 +1001,61 @@ async fn completion_given_up_before_the_batch_answers(rescope: bool) {
     );
     assert!(store.requests(StoreOp::Complete) >= 1);
 }
+
+/// At most once: a message whose key a crashed run claimed fails for good (`Rejected`,
+/// its reason saying the outcome is unknown and how to resolve it) and runs nothing;
+/// the rest of the batch runs.
+#[tokio::test]
+async fn an_at_most_once_message_whose_run_crashed_is_rejected_and_not_run_again() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("charge", KeyStrategy::field("id"))
+        .at_most_once()
+        .lease(Duration::from_secs(1));
+    let crashed = json!({"id": "paid"});
+    let crashing = idempotency.run(&op, &crashed, || async {
+        std::future::pending::<Result<(), lambda_runtime::Error>>().await
+    });
+    let _ = tokio::time::timeout(Duration::from_millis(20), crashing).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let calls = AtomicUsize::new(0);
+    let event = records(&[("m1", r#"{"id": "paid"}"#), ("m2", r#"{"id": "fresh"}"#)]);
+    let report = SqsBatch::new()
+        .report_json(event, |body: Value, _| {
+            let (idempotency, op, calls) = (&idempotency, &op, &calls);
+            async move {
+                idempotency
+                    .execute(op, &body, || async {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, lambda_runtime::Error>(())
+                    })
+                    .await
+                    .map(|(_, outcome)| outcome)
+                    .map_err(|e| match e {
+                        ExecuteError::Idempotency(e) => lambda_runtime::Error::from(e),
+                        ExecuteError::Function(e) => e,
+                    })
+            }
+        })
+        .await;
+    let failure = report.records[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Rejected, "{}", failure.reason);
+    assert!(
+        failure.reason.contains("outcome is unknown")
+            && failure.reason.contains("lambda-idempotency forget"),
+        "{}",
+        failure.reason
+    );
+    assert_eq!(
+        report.records[1].result.as_ref().ok(),
+        Some(&Outcome::Executed)
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "only the fresh message ran"
+    );
+    assert_eq!(
+        failures(&report.into_response().unwrap()),
+        json!({"batchItemFailures": [{"itemIdentifier": "m1"}]})
+    );
+}

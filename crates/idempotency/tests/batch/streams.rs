@@ -953,3 +953,36 @@ struct Job {
     id: String,
     n: u32,
 }
+
+/// At most once on a stream: a record whose key a crashed run claimed is a permanent
+/// failure (the records after it run now, as after any poison record) and does not run.
+#[tokio::test]
+async fn an_at_most_once_record_whose_run_crashed_is_rejected_and_the_shard_goes_on() {
+    let worker = Worker {
+        op: Operation::new("job", KeyStrategy::field("id"))
+            .validate(["n"])
+            .at_most_once()
+            .lease(Duration::from_secs(1)),
+        ..Worker::new()
+    };
+    let crashed = json!({"id": "sent", "n": 1, "hang": true});
+    let _ = tokio::time::timeout(Duration::from_millis(20), worker.handle(crashed)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let data = json!({"id": "sent", "n": 1}).to_string();
+    let report = worker
+        .kinesis(
+            &KinesisBatch::new(),
+            kinesis(&[("1", data.as_bytes()), ("2", &job("next"))]),
+        )
+        .await;
+    assert_eq!(
+        kinds(&report),
+        [Err(FailureKind::Rejected), Ok(Outcome::Executed)]
+    );
+    assert_eq!(
+        worker.calls(),
+        2,
+        "the crashed run and the next record, nothing again"
+    );
+    assert_eq!(reported(report.into_response().unwrap()), ["1"]);
+}

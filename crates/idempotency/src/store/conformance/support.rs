@@ -26,6 +26,7 @@ pub fn claim_at(id: &str, now: SystemTime, lease: Duration, token: &str) -> Clai
         lease_until: now + lease,
         lease_token: token.to_owned(),
         validation: Some("v1".into()),
+        at_most_once: false,
     }
 }
 

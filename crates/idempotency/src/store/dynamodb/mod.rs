@@ -17,7 +17,9 @@
 //! 1. **Claim**: one `PutItem` of an `INPROGRESS` item with a fresh lease token, conditioned
 //!    on [`CLAIM_CONDITION`]: the key is free, or its lease ended, or it expired without a
 //!    live lease, or it is this claim's own in-progress record (an earlier attempt was
-//!    applied and its answer lost). `ReturnValuesOnConditionCheckFailure = ALL_OLD` lets a
+//!    applied and its answer lost); an at-most-once claim is conditioned on
+//!    [`CLAIM_CONDITION_AT_MOST_ONCE`], which never takes over a lapsed lease.
+//!    `ReturnValuesOnConditionCheckFailure = ALL_OLD` lets a
 //!    duplicate learn the live record from the same request. Only if a conflict comes back
 //!    without the item does the store make one consistent `GetItem`.
 //! 2. **Complete**: one `UpdateItem` to `COMPLETED` with the result, conditioned on the
@@ -76,6 +78,14 @@ const BACKEND: &str = "dynamodb";
 /// `attribute_not_exists(#id)` still means "no record at this key".
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) \
     OR (#status = :inprogress AND #ipe < :now_ms) \
+    OR (#status = :inprogress AND #tok = :tok) \
+    OR (#exp < :now_s AND NOT (#status = :inprogress AND attribute_type(#ipe, :number)))";
+
+/// The condition of an [at-most-once](Claim::at_most_once) claim: [`CLAIM_CONDITION`]
+/// without the takeover of a lapsed lease, which frees the key only once the record
+/// has expired too. Same names and values, so the request is otherwise the same.
+pub const CLAIM_CONDITION_AT_MOST_ONCE: &str = "attribute_not_exists(#id) \
+    OR (#status = :inprogress AND #ipe < :now_ms AND #exp < :now_s) \
     OR (#status = :inprogress AND #tok = :tok) \
     OR (#exp < :now_s AND NOT (#status = :inprogress AND attribute_type(#ipe, :number)))";
 

@@ -3,7 +3,7 @@
 //! completion with the function's writes (`TransactWriteItems`) is in `writes.rs`.
 
 use super::item::{millis, secs};
-use super::{CLAIM_CONDITION, DynamoDbStore};
+use super::{CLAIM_CONDITION, CLAIM_CONDITION_AT_MOST_ONCE, DynamoDbStore};
 use crate::error::Error;
 use crate::record::{Claim, Record, Status};
 use crate::store::ClaimOutcome;
@@ -31,7 +31,11 @@ impl DynamoDbStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(CLAIM_CONDITION)
+            .condition_expression(if claim.at_most_once {
+                CLAIM_CONDITION_AT_MOST_ONCE
+            } else {
+                CLAIM_CONDITION
+            })
             .expression_attribute_names("#id", &n.id)
             .expression_attribute_names("#tok", &n.lease_token)
             .expression_attribute_names("#exp", &n.expiration)

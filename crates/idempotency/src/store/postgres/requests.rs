@@ -14,7 +14,11 @@ impl PostgresStore {
         let (now_s, now_ms) = (secs(claim.now), millis(claim.now));
         let rows = self
             .query(
-                &self.inner.sql.claim,
+                if claim.at_most_once {
+                    &self.inner.sql.claim_at_most_once
+                } else {
+                    &self.inner.sql.claim
+                },
                 &[
                     (&stored_id(&claim.id), Type::TEXT),
                     (&expiration, Type::INT8),

@@ -27,6 +27,15 @@ const CLAIMABLE: &str = "COALESCE(\
     OR (r.expiration < $6 AND NOT (r.status = 'INPROGRESS' AND r.in_progress_expiration IS NOT NULL)), \
     false)";
 
+/// [`CLAIMABLE`] for an at-most-once claim (`Claim::at_most_once`): a lapsed lease frees
+/// the key only once the record has expired too. The same parameters, so the statement
+/// is otherwise the same.
+const CLAIMABLE_AT_MOST_ONCE: &str = "COALESCE(\
+    (r.status = 'INPROGRESS' AND r.in_progress_expiration < $7 AND r.expiration < $6) \
+    OR (r.status = 'INPROGRESS' AND r.lease_token = $5) \
+    OR (r.expiration < $6 AND NOT (r.status = 'INPROGRESS' AND r.in_progress_expiration IS NOT NULL)), \
+    false)";
+
 /// Expired, and claimable: not in progress with a live lease. `$1` now (epoch s), `$2`
 /// now (epoch ms).
 const PURGEABLE: &str = "expiration < $1 \
@@ -42,6 +51,8 @@ const PG_CRON_PURGE: &str = include_str!("pg_cron_purge.sql");
 pub(super) struct Statements {
     /// The claim (the module docs say why it is exact under races). Rows: `(written, <COLUMNS>)`.
     pub(super) claim: String,
+    /// The claim of an at-most-once claim: the same, on [`CLAIMABLE_AT_MOST_ONCE`].
+    pub(super) claim_at_most_once: String,
     /// `$1` id, `$2` lease token, `$3` data, `$4` expiration (epoch s). One row if the
     /// lease held.
     pub(super) complete: String,
@@ -67,7 +78,8 @@ impl Statements {
     /// The statements on the table `t`, quoted.
     pub(super) fn new(t: &str) -> Self {
         Self {
-            claim: claim(t),
+            claim: claim(t, CLAIMABLE),
+            claim_at_most_once: claim(t, CLAIMABLE_AT_MOST_ONCE),
             complete: format!(
                 "UPDATE {t} SET status = 'COMPLETED', data = $3, expiration = $4 \
                  WHERE id = $1 AND lease_token = $2 RETURNING 1"
@@ -100,10 +112,11 @@ impl Statements {
 }
 
 /// The claim statement on `t`: `$1` id, `$2` expiration (epoch s), `$3` lease end (epoch
-/// ms), `$4` validation, `$5` lease token, `$6` now (epoch s), `$7` now (epoch ms).
-fn claim(t: &str) -> String {
+/// ms), `$4` validation, `$5` lease token, `$6` now (epoch s), `$7` now (epoch ms);
+/// `claimable` is [`CLAIMABLE`] or [`CLAIMABLE_AT_MOST_ONCE`].
+fn claim(t: &str, claimable: &str) -> String {
     let set = |column: &str| {
-        format!("{column} = CASE WHEN {CLAIMABLE} THEN excluded.{column} ELSE r.{column} END")
+        format!("{column} = CASE WHEN {claimable} THEN excluded.{column} ELSE r.{column} END")
     };
     let sets = CLAIM_SETS.map(set).join(",\n        ");
     let returning = COLUMNS
@@ -118,7 +131,7 @@ fn claim(t: &str) -> String {
             INSERT INTO {t} AS r ({COLUMNS})\n    \
             SELECT $1, 'INPROGRESS', $2, $3, NULL, $4, $5 FROM (SELECT count(*) FROM old) AS after_old\n    \
             ON CONFLICT (id) DO UPDATE SET\n        {sets}\n    \
-            WHERE {CLAIMABLE} OR NOT EXISTS (SELECT 1 FROM old)\n    \
+            WHERE {claimable} OR NOT EXISTS (SELECT 1 FROM old)\n    \
             RETURNING {returning}\n\
         )\n\
         SELECT true AS written, {COLUMNS} FROM claimed\n\

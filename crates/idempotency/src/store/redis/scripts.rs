@@ -54,10 +54,10 @@ impl RedisStore {
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, Error> {
         let command = |name: &str, script: &str| {
-            // Twelve arguments at most (the claim: name, hash, key count, key and eight
+            // Thirteen arguments at most (the claim: name, hash, key count, key and nine
             // values), each framed in about 30 bytes with its number.
             let size = script.len() + self.namespace.len() + id.len() + text + 400;
-            let mut cmd = Cmd::with_capacity(12, size);
+            let mut cmd = Cmd::with_capacity(13, size);
             cmd.arg(name);
             // Every script takes one key, `KEYS[1]`: cluster-safe without hash tags.
             cmd.arg(script).arg(1).arg(self.redis_key(id));
@@ -90,7 +90,8 @@ impl RedisStore {
                         .arg(&claim.lease_token)
                         .arg(if claim.validation.is_some() { "1" } else { "0" })
                         .arg(claim.validation.as_deref().unwrap_or_default())
-                        .arg(key_expiry_ms(claim.expiration, Some(claim.lease_until)));
+                        .arg(key_expiry_ms(claim.expiration, Some(claim.lease_until)))
+                        .arg(if claim.at_most_once { "1" } else { "0" });
                 },
             )
             .await?;
@@ -196,7 +197,7 @@ mod tests {
                 header.contains("Input:") && header.contains("Output:"),
                 "{name}.lua"
             );
-            for (array, most) in [("KEYS", 1), ("ARGV", 8)] {
+            for (array, most) in [("KEYS", 1), ("ARGV", 9)] {
                 let used = (1..=most)
                     .filter(|i| body.contains(&format!("{array}[{i}]")))
                     .collect::<Vec<_>>();

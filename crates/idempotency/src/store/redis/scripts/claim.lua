@@ -1,7 +1,8 @@
 --[[
   Claims an idempotency record: replaces the hash at KEYS[1] with a new in-progress
   record if the old one is claimable (free; in progress under this lease token; in
-  progress with its lease ended; or expired without a lease), and returns the old hash
+  progress with its lease ended, unless the claim is at-most-once, which waits for the
+  expiry too; or expired without a lease), and returns the old hash
   either way, in the same round trip. Times are the caller's: the server's clock plays
   no part.
 
@@ -16,6 +17,7 @@
     ARGV[6] '1' if a validation hash follows, '0' if not
     ARGV[7] the validation hash (empty if ARGV[6] is '0')
     ARGV[8] the key's expiry (PEXPIREAT), epoch milliseconds
+    ARGV[9] '1' if the claim is at-most-once (never takes over a lapsed lease), '0' if not
 
   Output:
     {1, old} claimed: the record was written
@@ -32,6 +34,10 @@ if #old > 0 then
     claimable = true
   elseif r['status'] == 'INPROGRESS' and lease then
     claimable = lease < tonumber(ARGV[1])
+    if ARGV[9] == '1' then
+      local expiration = tonumber(r['expiration'])
+      claimable = claimable and expiration ~= nil and expiration < tonumber(ARGV[2])
+    end
   else
     local expiration = tonumber(r['expiration'])
     claimable = expiration ~= nil and expiration < tonumber(ARGV[2])

@@ -258,7 +258,8 @@ pub fn from_epoch_millis(millis: u64) -> SystemTime {
 
 /// A time as an RFC 3339 UTC timestamp to the millisecond (`2024-05-01T12:00:00.250Z`),
 /// for messages an operator reads.
-pub(crate) struct Utc(pub(crate) SystemTime);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utc(pub SystemTime);
 
 impl fmt::Display for Utc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -14,7 +14,7 @@ use crate::error::Error;
 pub use crate::writes::{StoreWrites, Writes};
 
 pub use crate::record::{
-    Claim, Record, Status, UnknownStatus, epoch_millis, epoch_secs, from_epoch_millis,
+    Claim, Record, Status, UnknownStatus, Utc, epoch_millis, epoch_secs, from_epoch_millis,
     from_epoch_secs,
 };
 use std::fmt::Debug;

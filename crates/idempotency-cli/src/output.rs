@@ -1,0 +1,164 @@
+//! A record for a person (aligned lines, times in UTC with how long ago) or for a script
+//! (JSON, times as the stored epoch numbers too). The stored result only when asked for.
+
+use lambda_idempotency::store::{Record, Status, Utc, epoch_millis, epoch_secs};
+use serde_json::{Value, json};
+use std::time::{Duration, SystemTime};
+
+/// Whether `record` is a claim whose lease ended at least `for_at_least` before `now`.
+pub(crate) fn is_stuck(record: &Record, now: SystemTime, for_at_least: Duration) -> bool {
+    record.status == Status::InProgress
+        && record
+            .in_progress_expiration
+            .is_some_and(|end| end + for_at_least < now)
+}
+
+/// The record as JSON.
+pub(crate) fn json(record: &Record, now: SystemTime, data: bool) -> Value {
+    let mut value = json!({
+        "id": record.id,
+        "status": record.status.as_str(),
+        "expiration": epoch_secs(record.expiration),
+        "expiration_utc": Utc(record.expiration).to_string(),
+        "in_progress_expiration": record.in_progress_expiration.map(epoch_millis),
+        "lease_ended": record.status == Status::InProgress
+            && record.in_progress_expiration.is_some_and(|end| end < now),
+        "result_stored": record.data.is_some(),
+        "result_bytes": record.data.as_ref().map(String::len),
+        "validation": record.validation.is_some(),
+        "lease_token": record.lease_token,
+    });
+    if let Some(end) = record.in_progress_expiration {
+        value["in_progress_expiration_utc"] = Utc(end).to_string().into();
+    }
+    if data {
+        value["data"] = record.data.clone().into();
+    }
+    value
+}
+
+/// The record as aligned lines.
+pub(crate) fn human(record: &Record, now: SystemTime, data: bool) -> String {
+    let mut out = String::new();
+    let mut line = |name: &str, value: String| {
+        out.push_str(&format!("{name:<12} {value}\n"));
+    };
+    line("id", record.id.clone());
+    line("status", record.status.as_str().to_owned());
+    line("expires", when(record.expiration, now));
+    if let Some(end) = record.in_progress_expiration {
+        let ended = if end < now { "ended" } else { "ends" };
+        line("lease", format!("{ended} {}", when(end, now)));
+    }
+    line(
+        "result",
+        match &record.data {
+            Some(d) => format!("stored, {} bytes", d.len()),
+            None if record.status == Status::Completed => "not stored (too large)".into(),
+            None => "none yet".into(),
+        },
+    );
+    line(
+        "validation",
+        if record.validation.is_some() {
+            "a payload hash"
+        } else {
+            "none"
+        }
+        .into(),
+    );
+    line(
+        "lease token",
+        record.lease_token.clone().unwrap_or_else(|| "none".into()),
+    );
+    if data && let Some(d) = &record.data {
+        line("data", d.clone());
+    }
+    out
+}
+
+/// One line of a listing.
+pub(crate) fn summary(record: &Record, now: SystemTime) -> String {
+    let state = match (record.status, record.in_progress_expiration) {
+        (Status::InProgress, Some(end)) if end < now => {
+            format!(
+                "lease ended {} ago",
+                span(now.duration_since(end).unwrap_or_default())
+            )
+        }
+        (Status::InProgress, Some(end)) => {
+            format!(
+                "lease ends in {}",
+                span(end.duration_since(now).unwrap_or_default())
+            )
+        }
+        (Status::InProgress, None) => "no lease".into(),
+        (_, _) => match &record.data {
+            Some(d) => format!("{} bytes stored", d.len()),
+            None => "no result stored".into(),
+        },
+    };
+    format!(
+        "{:<10}  {:<26}  {}",
+        record.status.as_str(),
+        state,
+        record.id
+    )
+}
+
+/// A time in UTC, and how far it is from `now`.
+fn when(t: SystemTime, now: SystemTime) -> String {
+    match t.duration_since(now) {
+        Ok(ahead) => format!("{} (in {})", Utc(t), span(ahead)),
+        Err(behind) => format!("{} ({} ago)", Utc(t), span(behind.duration())),
+    }
+}
+
+/// `3d 4h`, `12m 5s`, `40s`: the two largest units.
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lambda_idempotency::store::from_epoch_secs;
+
+    #[test]
+    fn a_stuck_claim_reads_as_one_and_its_result_only_when_asked() {
+        let now = from_epoch_secs(1_800_000_000);
+        let mut record = Record::new(
+            "f.op#k",
+            Status::InProgress,
+            now + Duration::from_secs(86_400),
+        );
+        record.in_progress_expiration = Some(now - Duration::from_secs(720));
+        record.lease_token = Some("tok".into());
+        assert!(is_stuck(&record, now, Duration::from_secs(600)));
+        assert!(!is_stuck(&record, now, Duration::from_secs(800)));
+        let text = human(&record, now, false);
+        assert!(
+            text.contains("lease        ended 2027-01-15T07:48:00.000Z (12m 0s ago)"),
+            "{text}"
+        );
+        assert!(summary(&record, now).contains("lease ended 12m 0s ago"));
+        let value = json(&record, now, false);
+        assert_eq!(value["lease_ended"], true);
+        assert_eq!(value["in_progress_expiration"], 1_799_999_280_000u64);
+
+        record.status = Status::Completed;
+        record.data = Some("\"secret answer\"".into());
+        assert!(!is_stuck(&record, now, Duration::ZERO));
+        assert!(!human(&record, now, false).contains("secret"));
+        assert!(!json(&record, now, false).to_string().contains("secret"));
+        assert!(human(&record, now, true).contains("secret"));
+        assert_eq!(json(&record, now, true)["data"], "\"secret answer\"");
+        assert_eq!(json(&record, now, false)["result_bytes"], 15);
+    }
+}

@@ -1,0 +1,139 @@
+//! Which store: a `--store` URL, or the worker's own variables, read with the same names
+//! the worker reads so the tool points where the function does.
+
+use lambda_idempotency::DynamoDbStore;
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::store::dynamodb::AttributeNames;
+use lambda_idempotency::store::postgres::PostgresStore;
+use lambda_idempotency::store::redis::RedisStore;
+
+/// The store's URL: `--store`, else the worker's `IDEMPOTENCY_STORE` with its
+/// `IDEMPOTENCY_TABLE`, `REDIS_URL` or `DATABASE_URL`.
+pub(crate) fn url(store: Option<String>, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    if let Some(url) = store {
+        return Ok(url);
+    }
+    let need =
+        |name: &str| env(name).ok_or_else(|| format!("--store is not given and {name} is not set"));
+    match env("IDEMPOTENCY_STORE").as_deref() {
+        None | Some("dynamodb") => Ok(format!("dynamodb://{}", need("IDEMPOTENCY_TABLE")?)),
+        Some("redis" | "redis-cluster") => need("REDIS_URL"),
+        Some("postgres") => need("DATABASE_URL"),
+        Some("memory") => Err("IDEMPOTENCY_STORE=memory lives inside the worker's process: there is nothing to read from outside".into()),
+        Some(other) => Err(format!("IDEMPOTENCY_STORE={other:?} is not one of dynamodb, redis, redis-cluster, postgres")),
+    }
+}
+
+/// A handle on the store at `url`, with the worker's settings from `env`.
+pub(crate) async fn open(url: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Idempotency, String> {
+    let named = |e: lambda_idempotency::Error| {
+        format!("{}: {}", redacted(url), lambda_idempotency::report(&e))
+    };
+    let handle = if let Some(table) = url.strip_prefix("dynamodb://") {
+        if table.is_empty() || table.contains('/') {
+            return Err(format!("{url:?}: dynamodb://TABLE names one table"));
+        }
+        let mut names = AttributeNames::default();
+        if let Some(key) = env("IDEMPOTENCY_TABLE_PARTITION_KEY") {
+            names.id = key;
+        }
+        let mut store = DynamoDbStore::from_env(table).await.attribute_names(names);
+        if let Some(sort_key) = env("IDEMPOTENCY_TABLE_SORT_KEY") {
+            store = store.sort_key_attr(sort_key);
+        }
+        if let Some(value) = env("IDEMPOTENCY_TABLE_PARTITION_VALUE") {
+            store = store.partition_key_value(value);
+        }
+        Idempotency::new(store)
+    } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
+        let store = match nodes[..] {
+            [one] => RedisStore::connect(one).await,
+            _ => RedisStore::connect_cluster(nodes).await,
+        }
+        .map_err(named)?;
+        Idempotency::new(store.namespace(env("IDEMPOTENCY_REDIS_NAMESPACE").unwrap_or_default()))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let table = env("IDEMPOTENCY_TABLE").unwrap_or_else(|| "idempotency".into());
+        Idempotency::new(PostgresStore::from_url(url, table).map_err(named)?)
+    } else {
+        return Err(format!(
+            "{}: not a store URL (dynamodb://TABLE, redis://, rediss://, postgres://)",
+            redacted(url)
+        ));
+    };
+    Ok(handle)
+}
+
+/// `url` without what could be secret: the user and password, the path's query.
+pub(crate) fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let Some((scheme, rest)) = one.split_once("://") else {
+                return "<not a URL>".to_owned();
+            };
+            let rest = rest.split(['?', '#']).next().unwrap_or_default();
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{rest}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_never_shows_its_password() {
+        assert_eq!(
+            redacted("rediss://worker:s3cret@cache:6379,redis://:pw@b:1"),
+            "rediss://cache:6379,redis://b:1"
+        );
+        assert_eq!(
+            redacted("postgres://u:p@db/test?password=x&sslmode=require"),
+            "postgres://db/test"
+        );
+        assert_eq!(redacted("host=db password=x"), "<not a URL>");
+    }
+
+    #[test]
+    fn the_worker_s_variables_name_the_store() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            url(None, &env(&[("IDEMPOTENCY_TABLE", "t")])).unwrap(),
+            "dynamodb://t"
+        );
+        assert_eq!(
+            url(
+                None,
+                &env(&[("IDEMPOTENCY_STORE", "redis"), ("REDIS_URL", "redis://h")])
+            )
+            .unwrap(),
+            "redis://h"
+        );
+        assert_eq!(
+            url(
+                Some("postgres://x".into()),
+                &env(&[("DATABASE_URL", "postgres://y")])
+            )
+            .unwrap(),
+            "postgres://x"
+        );
+        for (vars, says) in [
+            (&[][..], "IDEMPOTENCY_TABLE is not set"),
+            (&[("IDEMPOTENCY_STORE", "memory")][..], "inside the worker"),
+            (&[("IDEMPOTENCY_STORE", "postgres")][..], "DATABASE_URL"),
+            (&[("IDEMPOTENCY_STORE", "valkey")][..], "not one of"),
+        ] {
+            let err = url(None, &env(vars)).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+    }
+}

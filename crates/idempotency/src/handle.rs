@@ -189,9 +189,17 @@ impl Idempotency {
         self.engine.now()
     }
 
-    /// The stored id for `payload` under `op`: `{prefix}#{key}`.
+    /// The stored id for `payload` under `op`: `{prefix}#{key}`, or `#{tenant}#{prefix}#{key}`
+    /// within an invocation with a tenant ([`with_context`](crate::with_context), a batch,
+    /// a layer), the tenant percent-encoded. The tenant counts against the store's longest
+    /// id like the rest.
     pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
-        let id = op.stored_id(&self.engine.config.function_name, payload)?;
+        let tenant = invocation::current_tenant();
+        let id = op.stored_id(
+            &self.engine.config.function_name,
+            tenant.as_deref(),
+            payload,
+        )?;
         let max = self.engine.store.limits().max_id_bytes;
         if id.len() > max {
             let mut cut = 64;

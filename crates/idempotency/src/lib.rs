@@ -106,7 +106,7 @@ pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
-pub use invocation::{current_deadline, with_context, with_deadline};
+pub use invocation::{current_deadline, current_tenant, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -9,8 +9,22 @@ use serde_json::Value;
 /// function name may hold neither, the operation and an explicit key prefix no `#`, so
 /// the first `#` ends the prefix and the first `.` the function name: two different
 /// (function, operation, key) never share an id.
+///
+/// An invocation with a tenant (Lambda's tenant isolation mode) prefixes its ids with
+/// `#{tenant}#`, the tenant percent-encoded ([`push_tenant`]): `#{tenant}#{prefix}#{key}`.
+/// That keeps every id apart from every other:
+/// - no untenanted id starts with `#` (its prefix is a name, never empty, holding no `#`),
+///   and every tenanted one does;
+/// - the encoded tenant holds no `#`, so the second `#` ends it; the encoding is
+///   one-to-one, so two tenants never share it;
+/// - after it, `{prefix}#{key}` splits as an untenanted id does.
+///
+/// The tenant goes first, not after the prefix: there the key (any text, `#` included) of
+/// an untenanted id could spell another tenant's id.
 const PREFIX_END: char = '#';
 const FUNCTION_END: char = '.';
+/// What a tenanted id starts with, and the end of its tenant.
+const TENANT_MARK: char = '#';
 
 /// One idempotent operation: how its key is found, which fields must match on a
 /// duplicate, and the name that keeps its keys apart from other operations'.
@@ -142,18 +156,31 @@ impl Operation {
         &self.name
     }
 
-    /// The stored id for `payload`: `{function_name}.{name}#{key}`, or `{key_prefix}#{key}`.
-    /// The names were checked when the operation and the handle were built.
-    pub(crate) fn stored_id(&self, function_name: &str, payload: &Value) -> Result<String, Error> {
+    /// The stored id for `payload`: `{function_name}.{name}#{key}`, or `{key_prefix}#{key}`,
+    /// after `#{tenant}#` for an invocation with a tenant (see [`PREFIX_END`]). The names
+    /// were checked when the operation and the handle were built.
+    pub(crate) fn stored_id(
+        &self,
+        function_name: &str,
+        tenant: Option<&str>,
+        payload: &Value,
+    ) -> Result<String, Error> {
         let key = self.key.derive(payload)?;
         // Pushed rather than formatted: this runs for every message.
         let mut id = String::with_capacity(
-            self.key_prefix
-                .as_ref()
-                .map_or(function_name.len() + 1 + self.name.len(), String::len)
+            tenant.map_or(0, |t| t.len() + 2)
+                + self
+                    .key_prefix
+                    .as_ref()
+                    .map_or(function_name.len() + 1 + self.name.len(), String::len)
                 + 1
                 + key.len(),
         );
+        if let Some(tenant) = tenant {
+            id.push(TENANT_MARK);
+            push_tenant(&mut id, tenant);
+            id.push(TENANT_MARK);
+        }
         match &self.key_prefix {
             Some(prefix) => id.push_str(prefix),
             None => {
@@ -165,6 +192,18 @@ impl Operation {
         id.push(PREFIX_END);
         id.push_str(&key);
         Ok(id)
+    }
+}
+
+/// Pushes `tenant` with `%` and `#` percent-encoded (`%25`, `%23`): one-to-one, and free
+/// of the `#` that ends it. Lambda's tenant ids hold neither, so they read as they are.
+fn push_tenant(id: &mut String, tenant: &str) {
+    for c in tenant.chars() {
+        match c {
+            '%' => id.push_str("%25"),
+            '#' => id.push_str("%23"),
+            c => id.push(c),
+        }
     }
 }
 
@@ -265,14 +304,67 @@ mod tests {
         assert_eq!(op.name(), "charge");
         let payload = serde_json::json!({"id": "42"});
         assert_eq!(
-            op.stored_id("orders", &payload).unwrap(),
+            op.stored_id("orders", None, &payload).unwrap(),
             "orders.charge#42"
+        );
+        assert_eq!(
+            op.stored_id("orders", Some("t-1"), &payload).unwrap(),
+            "#t-1#orders.charge#42"
         );
         let pinned = op.key_prefix("v1-charge");
         assert_eq!(
-            pinned.stored_id("orders", &payload).unwrap(),
+            pinned.stored_id("orders", None, &payload).unwrap(),
             "v1-charge#42"
         );
+        assert_eq!(
+            pinned.stored_id("orders", Some("a%b#c"), &payload).unwrap(),
+            "#a%25b%23c#v1-charge#42"
+        );
+    }
+
+    /// Tenants, prefixes and keys chosen to spell one another's ids: every (tenant,
+    /// prefix, key) gives an id of its own.
+    #[test]
+    fn tenanted_ids_never_collide() {
+        let tenants = [
+            None,
+            Some("a"),
+            Some("b"),
+            Some("a#b"),
+            Some("a%23b"),
+            Some("a%b"),
+            Some("%"),
+            Some("#"),
+            Some("a#p"),
+            Some("p"),
+            Some("."),
+        ];
+        let prefixes = ["p", "a", "b", "a.p", "f.op", "%23", "%", "bp"];
+        let keys = [
+            "k", "#k", "a#p#k", "p#k", "b#p#k", "#a#p#k", "", "%23", "k#",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for tenant in tenants {
+            for prefix in prefixes {
+                for key in keys {
+                    let op = Operation::new("op", KeyStrategy::field("id")).key_prefix(prefix);
+                    let payload = serde_json::json!({ "id": key });
+                    let Ok(id) = op.stored_id("f", tenant, &payload) else {
+                        continue; // an empty key is refused
+                    };
+                    if let Some(other) = seen.insert(id.clone(), (tenant, prefix, key)) {
+                        panic!("{id:?} from {other:?} and {:?}", (tenant, prefix, key));
+                    }
+                }
+            }
+            let op = Operation::new("op", KeyStrategy::field("id"));
+            let id = op
+                .stored_id("f", tenant, &serde_json::json!({ "id": "k" }))
+                .unwrap();
+            assert_eq!(id.starts_with('#'), tenant.is_some(), "{id}");
+            // `f.op` as a key prefix shares the function's ids, as untenanted; no more.
+            assert!(seen.contains_key(&id), "{id}");
+        }
     }
 
     #[test]

@@ -598,3 +598,54 @@ fn check_writes_asks_the_store_through_its_wrappers_and_refuses_a_disabled_handl
     let refused = disabled.check_writes::<MemoryWrites>().unwrap_err();
     assert!(refused.to_string().contains("disabled"), "{refused}");
 }
+
+/// Runs `call` within an invocation of `tenant` (none for `None`).
+async fn as_tenant<F: std::future::Future>(tenant: Option<&str>, call: F) -> F::Output {
+    let mut context = lambda_runtime::Context::default();
+    context.tenant_id = tenant.map(str::to_owned);
+    lambda_idempotency::with_context(&context, call).await
+}
+
+#[tokio::test]
+async fn tenants_never_share_a_record_and_untenanted_ids_stay_as_they_were() {
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let calls = AtomicU32::new(0);
+    let mut outcomes = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None, Some("")] {
+        let (_, outcome) = as_tenant(tenant, call(&idem, &payload("k"), &calls))
+            .await
+            .unwrap();
+        outcomes.push(outcome);
+    }
+    use Outcome::{Executed, Replayed};
+    // An empty tenant id is no tenant: it shares the untenanted record.
+    assert_eq!(
+        outcomes,
+        [Executed, Executed, Replayed, Replayed, Executed, Replayed]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let ids = |tenant| async move {
+        let idem = Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .build();
+        as_tenant(tenant, async { idem.idempotency_id(&op(), &payload("k")) })
+            .await
+            .unwrap()
+    };
+    assert_eq!(ids(None).await, "fn.generate#k");
+    assert_eq!(ids(Some("a")).await, "#a#fn.generate#k");
+    assert_eq!(ids(Some("a#b%")).await, "#a%23b%25#fn.generate#k");
+    // The tenant counts against the store's longest id.
+    let long = "t".repeat(2048);
+    let idem = Idempotency::new(MemoryStore::new());
+    let too_long = as_tenant(Some(&long), call(&idem, &payload("k"), &calls)).await;
+    assert!(
+        matches!(
+            too_long,
+            Err(ExecuteError::Idempotency(Error::KeyTooLong { .. }))
+        ),
+        "{too_long:?}"
+    );
+}

@@ -127,3 +127,38 @@ async fn concurrent_invocations_share_one_handle() {
         "duplicates were replayed or handed back, never re-run"
     );
 }
+
+/// Lambda's tenant isolation mode: the same event under two tenants runs once for each;
+/// again under one of them it replays. Untenanted ids are as they were.
+#[tokio::test]
+async fn two_tenants_never_share_a_response() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |_: LambdaEvent<Value>| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok::<_, lambda_runtime::Error>(json!({ "call": n })) }
+    });
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("charge", KeyStrategy::field("payment_id"));
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+    let mut answers = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None] {
+        let mut context = Context::default();
+        context.tenant_id = tenant.map(str::to_owned);
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
+        let event = LambdaEvent::new(json!({"payment_id": "p1"}), context);
+        answers.push(service.call(event).await.unwrap()["call"].clone());
+    }
+    assert_eq!(answers, [1, 2, 1, 2, 3].map(|n| json!(n)));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    for id in ["#a#fn.charge#p1", "#b#fn.charge#p1", "fn.charge#p1"] {
+        assert!(store.record(id).is_some(), "{id}");
+    }
+}

@@ -1001,3 +1001,45 @@ async fn completion_given_up_before_the_batch_answers(rescope: bool) {
     );
     assert!(store.requests(StoreOp::Complete) >= 1);
 }
+
+/// One SQS invocation of `tenant` (none for `None`) with a message of job `id`.
+fn tenant_invocation(tenant: Option<&str>, id: &str) -> LambdaEvent<SqsEvent> {
+    let mut event = records(&[("m1", &json!({"id": id, "action": "ok"}).to_string())]);
+    event.context.tenant_id = tenant.map(str::to_owned);
+    event
+}
+
+/// Lambda's tenant isolation mode: the same message under two tenants runs once for each;
+/// again under one of them it replays, also inside a `with_deadline` the handler sets.
+#[tokio::test]
+async fn the_same_message_under_two_tenants_runs_once_for_each() {
+    let handler = Handler::new();
+    let batch = SqsBatch::new();
+    let mut outcomes = Vec::new();
+    for (tenant, rescope) in [
+        (Some("a"), false),
+        (Some("b"), false),
+        (Some("a"), true),
+        (Some("b"), false),
+        (None, false),
+    ] {
+        let report = batch
+            .report_json(tenant_invocation(tenant, "j"), |job: Job, _| {
+                let handler = &handler;
+                async move {
+                    match rescope {
+                        true => lambda_idempotency::with_deadline(None, handler.handle(job)).await,
+                        false => handler.handle(job).await,
+                    }
+                }
+            })
+            .await;
+        outcomes.push(*report.records[0].result.as_ref().unwrap());
+    }
+    use Outcome::{Executed, Replayed};
+    assert_eq!(outcomes, [Executed, Executed, Replayed, Replayed, Executed]);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 3);
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let untenanted = handler.idempotency.idempotency_id(&op, &json!({"id": "j"}));
+    assert_eq!(untenanted.unwrap(), "local.job#j");
+}

@@ -416,7 +416,7 @@ impl Idempotency {
             };
             let result = match self
                 .engine
-                .claim(&id, validation, invocation)
+                .claim(&id, validation, invocation, op.on_replay.as_ref())
                 .await
                 .map_err(ExecuteError::Idempotency)
             {

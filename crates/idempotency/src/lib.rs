@@ -89,6 +89,7 @@ pub mod metrics;
 mod operation;
 mod record;
 mod record_scope;
+mod replay;
 pub mod store;
 mod twins;
 mod writes;
@@ -113,6 +114,7 @@ pub use key::KeyStrategy;
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
 pub use operation::{Operation, Outcome};
+pub use replay::Replay;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;

@@ -41,6 +41,8 @@ pub struct Operation {
     pub(crate) key: KeyStrategy,
     pub(crate) validation: Option<Vec<String>>,
     pub(crate) key_prefix: Option<String>,
+    /// What a replay returns, changed (see [`on_replay`](Self::on_replay)).
+    pub(crate) on_replay: Option<crate::replay::ReplayHook>,
 }
 
 impl Operation {
@@ -68,6 +70,7 @@ impl Operation {
             key,
             validation: None,
             key_prefix: None,
+            on_replay: None,
         }
     }
 
@@ -148,6 +151,40 @@ impl Operation {
         if let Err(e) = self.check() {
             panic!("{e}");
         }
+        self
+    }
+
+    /// Changes or annotates what a replay returns: `hook` gets the stored value and the
+    /// record it came from ([`Replay`](crate::Replay)) and returns the answer, which then
+    /// becomes the function's type. It runs on every replay (from the store, from a claim
+    /// that finds the record completed, from the local cache), never when the function
+    /// runs, nor for a twin joined in the same batch (its answer is its sibling's run).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
+    /// use serde_json::{Value, json};
+    ///
+    /// let op = Operation::new("greet", KeyStrategy::field("id"))
+    ///     .on_replay(|mut stored, replay| {
+    ///         stored["replayed_from"] = json!(replay.id);
+    ///         stored
+    ///     });
+    /// let idempotency = Idempotency::builder(MemoryStore::new()).function_name("fn").build();
+    /// let payload = json!({"id": "42"});
+    /// let run = || async { Ok::<_, lambda_idempotency::Error>(json!({"hello": "ada"})) };
+    /// let first: Value = idempotency.run(&op, &payload, run).await.unwrap();
+    /// let again: Value = idempotency.run(&op, &payload, run).await.unwrap();
+    /// assert_eq!(first, json!({"hello": "ada"}));
+    /// assert_eq!(again, json!({"hello": "ada", "replayed_from": "fn.greet#42"}));
+    /// # }
+    /// ```
+    pub fn on_replay(
+        mut self,
+        hook: impl Fn(Value, &crate::Replay) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        self.on_replay = Some(crate::replay::ReplayHook(std::sync::Arc::new(hook)));
         self
     }
 

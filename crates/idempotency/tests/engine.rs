@@ -649,3 +649,53 @@ async fn tenants_never_share_a_record_and_untenanted_ids_stay_as_they_were() {
         "{too_long:?}"
     );
 }
+
+/// The replay hook sees every replay (from the claim that finds the record completed, from
+/// the local cache) with its record, and never an execution.
+#[tokio::test]
+async fn the_replay_hook_changes_every_replay_and_no_execution() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let op = {
+        let seen = seen.clone();
+        op().on_replay(move |stored, replay| {
+            seen.lock()
+                .unwrap()
+                .push((replay.id.clone(), replay.from_cache));
+            assert!(replay.expiration > SystemTime::now());
+            json!(format!("{} (replayed)", stored.as_str().unwrap()))
+        })
+    };
+    assert!(format!("{op:?}").contains("ReplayHook(set)"));
+    let calls = AtomicU32::new(0);
+    let run = |idem: Idempotency| {
+        let (op, calls) = (op.clone(), &calls);
+        async move {
+            idem.execute(&op, &payload("r"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("answer".to_string())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let store = MemoryStore::new();
+    let idem = || Idempotency::builder(store.clone()).function_name("fn");
+    let cached = idem().local_cache(4).build();
+    assert_eq!(
+        run(cached.clone()).await,
+        ("answer".into(), Outcome::Executed)
+    );
+    assert!(seen.lock().unwrap().is_empty(), "never on an execution");
+    let replayed = ("answer (replayed)".to_string(), Outcome::Replayed);
+    assert_eq!(run(idem().build()).await, replayed);
+    let from_cache = ("answer (replayed)".to_string(), Outcome::ReplayedFromCache);
+    assert_eq!(run(cached).await, from_cache);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("fn.generate#r".to_string(), false),
+            ("fn.generate#r".to_string(), true)
+        ]
+    );
+}

@@ -237,7 +237,9 @@ impl Idempotency {
     ///
     /// - a free key is claimed (one conditional write), `f` runs, its result is stored;
     /// - a completed key returns the stored result, `f` does not run;
-    /// - a key in progress elsewhere is [`Error::AlreadyInProgress`]: redeliver later;
+    /// - a key in progress elsewhere is [`Error::AlreadyInProgress`]: redeliver later (or,
+    ///   outside a batch, the operation's [`when_in_progress`](Operation::when_in_progress)
+    ///   answer);
     /// - an expired record or a passed lease is taken over and `f` runs;
     /// - if `f` fails the claim is released and `f`'s error is returned.
     ///
@@ -420,6 +422,11 @@ impl Idempotency {
                 .await
                 .map_err(ExecuteError::Idempotency)
             {
+                // A key in progress: the operation's answer, outside a batch, if it has one.
+                Err(ExecuteError::Idempotency(e)) => {
+                    crate::in_progress::answer(op.when_in_progress.as_ref(), e)
+                        .map_err(ExecuteError::Idempotency)
+                }
                 Err(e) => Err(e),
                 Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),
                 Ok(Claimed::Cached(value)) => Ok((value, Outcome::ReplayedFromCache)),

@@ -18,7 +18,8 @@ use std::task::{Context, Poll};
 /// case, for direct invocations and API Gateway events. The key comes from the event
 /// (`Operation`'s key strategy runs over the serialized payload), the lease from the
 /// invocation's deadline. A duplicate gets the stored response; an in-progress duplicate
-/// is an error the caller sees ([`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress)).
+/// is an error the caller sees ([`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress)),
+/// or the operation's [`when_in_progress`](crate::Operation::when_in_progress) answer.
 /// An invocation with a tenant id keys its record under that tenant.
 ///
 /// For SQS, use [`SqsBatch`](crate::SqsBatch) with a per-message function instead: a

@@ -81,6 +81,7 @@ mod handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod in_progress;
 mod invocation;
 mod key;
 mod layer;
@@ -107,6 +108,7 @@ pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
+pub use in_progress::InProgress;
 pub use invocation::{current_deadline, current_tenant, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]

@@ -43,6 +43,9 @@ pub struct Operation {
     pub(crate) key_prefix: Option<String>,
     /// What a replay returns, changed (see [`on_replay`](Self::on_replay)).
     pub(crate) on_replay: Option<crate::replay::ReplayHook>,
+    /// What a direct call returns for a key in progress (see
+    /// [`when_in_progress`](Self::when_in_progress)).
+    pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
 }
 
 impl Operation {
@@ -71,6 +74,7 @@ impl Operation {
             validation: None,
             key_prefix: None,
             on_replay: None,
+            when_in_progress: None,
         }
     }
 
@@ -188,6 +192,52 @@ impl Operation {
         self
     }
 
+    /// Answers a direct call whose key is in progress in another call, instead of
+    /// [`Error::AlreadyInProgress`]: `answer` gets the record in progress
+    /// ([`InProgress`](crate::InProgress)) and returns the value the call returns, as the
+    /// function's type, with [`Outcome::InProgressAnswered`]; `None` keeps the error. An
+    /// answer that does not deserialize into the function's type is
+    /// [`Error::InProgressAnswerIncompatible`].
+    ///
+    /// Direct calls are [`Idempotency::execute`](crate::Idempotency::execute) and
+    /// [`run`](crate::Idempotency::run) and [`IdempotentLayer`](crate::IdempotentLayer).
+    /// Never within a batch ([`SqsBatch`](crate::SqsBatch), the stream batches): a record
+    /// in progress there is still handed back for redelivery, never acknowledged unrun.
+    /// The HTTP `Idempotency-Key` layer keeps its `409`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, Outcome};
+    /// use serde_json::json;
+    ///
+    /// let op = Operation::new("charge", KeyStrategy::field("id")).when_in_progress(|p| {
+    ///     Some(json!({"status": "pending", "retry_after_s": p.retry_after.as_secs()}))
+    /// });
+    /// let idempotency = Idempotency::new(MemoryStore::new());
+    /// let payload = json!({"id": "42"});
+    /// let charge = || async { Ok::<_, std::io::Error>(json!({"status": "charged"})) };
+    /// let first = idempotency.execute(&op, &payload, || async {
+    ///     // Another call with the key while this one holds it: answered, not refused.
+    ///     let (pending, outcome) = idempotency.execute(&op, &payload, charge).await.unwrap();
+    ///     assert_eq!(outcome, Outcome::InProgressAnswered);
+    ///     assert_eq!(pending["status"], "pending");
+    ///     charge().await
+    /// });
+    /// let (charged, outcome) = first.await.unwrap();
+    /// assert_eq!((charged["status"].as_str(), outcome), (Some("charged"), Outcome::Executed));
+    /// # }
+    /// ```
+    pub fn when_in_progress(
+        mut self,
+        answer: impl Fn(&crate::InProgress) -> Option<Value> + Send + Sync + 'static,
+    ) -> Self {
+        self.when_in_progress = Some(crate::in_progress::InProgressAnswer(std::sync::Arc::new(
+            answer,
+        )));
+        self
+    }
+
     /// The operation's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -269,6 +319,10 @@ pub enum Outcome {
     /// for it and returned its result, with no store request; the function did not run
     /// again.
     Joined,
+    /// The key was in progress in another call and the operation's
+    /// [`when_in_progress`](Operation::when_in_progress) answered instead of
+    /// [`Error::AlreadyInProgress`]; the function did not run. Never in a batch.
+    InProgressAnswered,
     /// Idempotency is disabled: the function ran unprotected.
     Disabled,
 }
@@ -284,6 +338,7 @@ impl Outcome {
             Outcome::Replayed => "replayed",
             Outcome::ReplayedFromCache => "replayed_from_cache",
             Outcome::Joined => "joined",
+            Outcome::InProgressAnswered => "in_progress_answered",
             Outcome::Disabled => "disabled",
         }
     }
@@ -330,6 +385,7 @@ mod tests {
             (Outcome::Replayed, false),
             (Outcome::ReplayedFromCache, false),
             (Outcome::Joined, false),
+            (Outcome::InProgressAnswered, false),
         ] {
             assert_eq!(outcome.ran(), ran, "{outcome:?}");
         }

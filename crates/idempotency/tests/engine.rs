@@ -699,3 +699,97 @@ async fn the_replay_hook_changes_every_replay_and_no_execution() {
         ]
     );
 }
+
+/// What a call for `payload("busy")` under `op` returns while another call holds its key
+/// (the outer call, here: outside a batch a nested call meets it in the store).
+async fn while_in_progress<T>(
+    idem: &Idempotency,
+    op: &Operation,
+) -> Result<(T, Outcome), ExecuteError<String>>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut answer = None;
+    let slot = &mut answer;
+    idem.execute(op, &payload("busy"), move || async move {
+        *slot = Some(
+            idem.execute(op, &payload("busy"), || async {
+                unreachable!("the key is in progress: the function never runs")
+            })
+            .await,
+        );
+        Ok::<_, String>(json!("done"))
+    })
+    .await
+    .unwrap();
+    answer.unwrap()
+}
+
+#[tokio::test]
+async fn a_key_in_progress_gets_the_operations_answer_outside_a_batch() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let op = {
+        let seen = seen.clone();
+        op().when_in_progress(move |p| {
+            seen.lock().unwrap().push(p.clone());
+            Some(json!({"status": "pending", "retry_after_s": p.retry_after.as_secs()}))
+        })
+    };
+    assert!(format!("{op:?}").contains("InProgressAnswer(set)"));
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .lease(Duration::from_secs(60))
+        .build();
+    let before = SystemTime::now();
+    let (answer, outcome) = while_in_progress::<Value>(&idem, &op).await.unwrap();
+    assert_eq!(outcome, Outcome::InProgressAnswered);
+    assert_eq!(outcome.as_str(), "in_progress_answered");
+    assert!(!outcome.ran());
+    assert_eq!(answer["status"], "pending");
+    let seen = seen.lock().unwrap();
+    let [p] = seen.as_slice() else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(p.id, "fn.generate#busy");
+    assert!(p.lease_expires > before + Duration::from_secs(59));
+    // The record is claimable a millisecond after its lease.
+    assert!(p.retry_after > Duration::from_secs(59));
+    assert!(p.retry_after <= Duration::from_millis(60_001));
+    assert_eq!(answer["retry_after_s"], p.retry_after.as_secs());
+}
+
+#[tokio::test]
+async fn an_in_progress_answer_of_none_keeps_already_in_progress() {
+    let asked = Arc::new(AtomicU32::new(0));
+    let op = {
+        let asked = asked.clone();
+        op().when_in_progress(move |_| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            None
+        })
+    };
+    let idem = Idempotency::new(MemoryStore::new());
+    let result = while_in_progress::<Value>(&idem, &op).await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_in_progress_answer_that_is_not_the_functions_type_is_a_clear_error() {
+    let op = op().when_in_progress(|_| Some(json!({"status": "pending"})));
+    let idem = Idempotency::new(MemoryStore::new());
+    let result = while_in_progress::<u32>(&idem, &op).await;
+    let Err(ExecuteError::Idempotency(err @ Error::InProgressAnswerIncompatible { .. })) = result
+    else {
+        panic!("{result:?}")
+    };
+    assert!(err.to_string().contains("in-progress answer"), "{err}");
+    assert!(err.is_retryable() && !err.is_permanent());
+    assert!(lambda_idempotency::report(&err).contains("expected u32"));
+}

@@ -162,3 +162,51 @@ async fn two_tenants_never_share_a_response() {
         assert!(store.record(id).is_some(), "{id}");
     }
 }
+
+/// The operation's answers through the layer: an invocation whose key is in progress gets
+/// the in-progress answer, a duplicate after it the stored response through the replay hook.
+#[tokio::test]
+async fn the_layer_answers_a_key_in_progress_and_replays_through_the_hook() {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let (started, release) = (started.clone(), release.clone());
+        service_fn(move |_: LambdaEvent<Value>| {
+            let (started, release) = (started.clone(), release.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, lambda_runtime::Error>(json!({"status": "charged"}))
+            }
+        })
+    };
+    let op = Operation::new("charge", KeyStrategy::field("payment_id"))
+        .when_in_progress(|p| Some(json!({"status": "pending", "id": p.id})))
+        .on_replay(|mut stored, _| {
+            stored["replayed"] = json!(true);
+            stored
+        });
+    let idempotency = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+    let mut other = service.clone();
+    let event = json!({"payment_id": "p1"});
+    let first = call(&mut other, event.clone());
+    let duplicate = async {
+        started.notified().await;
+        let answer = call(&mut service, event.clone()).await;
+        release.notify_one();
+        answer
+    };
+    let (first, duplicate) = tokio::join!(first, duplicate);
+    assert_eq!(first.unwrap(), json!({"status": "charged"}));
+    assert_eq!(
+        duplicate.unwrap(),
+        json!({"status": "pending", "id": "fn.charge#p1"})
+    );
+    let again = call(&mut service, event).await.unwrap();
+    assert_eq!(again, json!({"status": "charged", "replayed": true}));
+}

@@ -9,7 +9,10 @@ use lambda_idempotency::store::redis::RedisStore;
 
 /// The store's URL: `--store`, else the worker's `IDEMPOTENCY_STORE` with its
 /// `IDEMPOTENCY_TABLE`, `REDIS_URL` or `DATABASE_URL`.
-pub(crate) fn url(store: Option<String>, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn url(
+    store: Option<String>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     if let Some(url) = store {
         return Ok(url);
     }
@@ -25,7 +28,10 @@ pub(crate) fn url(store: Option<String>, env: &impl Fn(&str) -> Option<String>) 
 }
 
 /// A handle on the store at `url`, with the worker's settings from `env`.
-pub(crate) async fn open(url: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Idempotency, String> {
+pub(crate) async fn open(
+    url: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Idempotency, String> {
     let named = |e: lambda_idempotency::Error| {
         format!("{}: {}", redacted(url), lambda_idempotency::report(&e))
     };

@@ -160,6 +160,35 @@ async fn the_lease_ends_with_the_context_deadline() {
     assert_eq!(with_ctx(request("c1", "p"), &ctx).await.unwrap(), 0);
 }
 
+/// Lambda's tenant isolation mode: the context's tenant keys the call. The same request
+/// under two tenants runs once for each; again under one of them it replays.
+#[tokio::test]
+async fn the_context_s_tenant_keys_the_call() {
+    static IDEM: std::sync::LazyLock<(MemoryStore, Idempotency)> = std::sync::LazyLock::new(|| {
+        let store = MemoryStore::new();
+        (
+            store.clone(),
+            Idempotency::builder(store).function_name("fn").build(),
+        )
+    });
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    #[idempotent(handle = IDEM.1, key = "request_id", context = ctx, operation = "tenanted")]
+    async fn tenanted(request: Request, ctx: &lambda_runtime::Context) -> Result<u32, Error> {
+        let _ = (request, ctx);
+        Ok(CALLS.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+    let mut answers = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None] {
+        let mut ctx = lambda_runtime::Context::default();
+        ctx.tenant_id = tenant.map(str::to_owned);
+        answers.push(tenanted(request("t1", "p"), &ctx).await.unwrap());
+    }
+    assert_eq!(answers, [1, 2, 1, 2, 3]);
+    for id in ["#a#fn.tenanted#t1", "#b#fn.tenanted#t1", "fn.tenanted#t1"] {
+        assert!(IDEM.0.record(id).is_some(), "{id}");
+    }
+}
+
 struct Chat;
 
 impl Chat {

@@ -136,6 +136,16 @@ pub enum Error {
         /// The serde error (what did not match, never the stored data).
         source: serde_json::Error,
     },
+    /// The answer [`Operation::when_in_progress`](crate::Operation::when_in_progress) gave
+    /// for a key in progress does not deserialize into the function's return type: a bug
+    /// in that answer. Retryable as the in-progress error it stands for: a later call
+    /// finds the record completed or free.
+    InProgressAnswerIncompatible {
+        /// The stored idempotency id.
+        key: String,
+        /// The serde error.
+        source: serde_json::Error,
+    },
     /// A twin of this call (the same stored id, in the same batch invocation) ran at the
     /// same time and failed, so this call failed with it instead of running the function a
     /// second time.
@@ -207,6 +217,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::AlreadyInProgress { .. }
+            | Error::InProgressAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
             | Error::WritesRefused { .. } => true,
@@ -234,6 +245,7 @@ impl Error {
             | Error::ClaimAbandoned { .. } => true,
             Error::TwinFailed { kind, .. } => kind.is_permanent(),
             Error::AlreadyInProgress { .. }
+            | Error::InProgressAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
             | Error::WritesRefused { .. }
@@ -338,6 +350,10 @@ impl fmt::Display for Error {
                 f,
                 "the stored result for idempotency key {key:?} does not deserialize into the function's return type, which changed since it was stored; the function is not run again. Keep old records readable (`#[serde(default)]` on new fields) or version the operation's name"
             ),
+            Error::InProgressAnswerIncompatible { key, .. } => write!(
+                f,
+                "idempotency key {key:?} is in progress and the operation's in-progress answer does not deserialize into the function's return type"
+            ),
             Error::TwinFailed { key, reason, .. } => write!(
                 f,
                 "a twin of this record with idempotency key {key:?} ran in the same batch and failed: {reason}"
@@ -380,7 +396,8 @@ impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             Error::Serialization { source, .. }
-            | Error::StoredResultIncompatible { source, .. } => Some(source),
+            | Error::StoredResultIncompatible { source, .. }
+            | Error::InProgressAnswerIncompatible { source, .. } => Some(source),
             Error::InvalidKey {
                 source: Some(source),
                 ..

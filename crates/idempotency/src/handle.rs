@@ -198,9 +198,17 @@ impl Idempotency {
         self.engine.now()
     }
 
-    /// The stored id for `payload` under `op`: `{prefix}#{key}`.
+    /// The stored id for `payload` under `op`: `{prefix}#{key}`, or `#{tenant}#{prefix}#{key}`
+    /// within an invocation with a tenant ([`with_context`](crate::with_context), a batch,
+    /// a layer), the tenant percent-encoded. The tenant counts against the store's longest
+    /// id like the rest.
     pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
-        let id = op.stored_id(&self.engine.config.function_name, payload)?;
+        let tenant = invocation::current_tenant();
+        let id = op.stored_id(
+            &self.engine.config.function_name,
+            tenant.as_deref(),
+            payload,
+        )?;
         let max = self.engine.store.limits().max_id_bytes;
         if id.len() > max {
             let mut cut = 64;
@@ -238,7 +246,9 @@ impl Idempotency {
     ///
     /// - a free key is claimed (one conditional write), `f` runs, its result is stored;
     /// - a completed key returns the stored result, `f` does not run;
-    /// - a key in progress elsewhere is [`Error::AlreadyInProgress`]: redeliver later;
+    /// - a key in progress elsewhere is [`Error::AlreadyInProgress`]: redeliver later (or,
+    ///   outside a batch, the operation's [`when_in_progress`](Operation::when_in_progress)
+    ///   answer);
     /// - an expired record or a passed lease is taken over and `f` runs;
     /// - if `f` fails the claim is released and `f`'s error is returned.
     ///
@@ -421,6 +431,11 @@ impl Idempotency {
                 .await
                 .map_err(ExecuteError::Idempotency)
             {
+                // A key in progress: the operation's answer, outside a batch, if it has one.
+                Err(ExecuteError::Idempotency(e)) => {
+                    crate::in_progress::answer(op.when_in_progress.as_ref(), e)
+                        .map_err(ExecuteError::Idempotency)
+                }
                 Err(e) => Err(e),
                 Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),
                 Ok(Claimed::Cached(value)) => Ok((value, Outcome::ReplayedFromCache)),

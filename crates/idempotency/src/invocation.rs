@@ -1,13 +1,20 @@
-//! The current Lambda invocation's deadline, carried to every record's lease.
+//! The current Lambda invocation's deadline, carried to every record's lease, and its
+//! tenant, carried to every stored id.
 //!
-//! Batch processing and the tower layer set it from the [`lambda_runtime::Context`], so an
-//! `#[idempotent]` function deep in a handler claims no longer than the invocation lives.
+//! Batch processing and the tower layer set them from the [`lambda_runtime::Context`], so
+//! an `#[idempotent]` function deep in a handler claims no longer than the invocation lives,
+//! and never shares a record with another tenant's invocation.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 tokio::task_local! {
     static INVOCATION: Invocation;
+    /// Apart from the deadline: an invocation may have a tenant and no usable deadline
+    /// (`cargo lambda watch`, a test's `Context::default()`), and a nested
+    /// [`with_deadline`] changes the deadline but never the tenant.
+    static TENANT: Arc<str>;
 }
 
 /// The invocation a call runs in.
@@ -24,7 +31,7 @@ pub(crate) struct Invocation {
 /// always starts before its deadline, and some local emulators send a duration instead
 /// of an epoch time (`cargo lambda watch` sends `600000`). Reads the system clock; the
 /// library's own callers read the time from their handle's clock instead.
-pub fn context_deadline(context: &lambda_runtime::Context) -> Option<SystemTime> {
+pub(crate) fn context_deadline(context: &lambda_runtime::Context) -> Option<SystemTime> {
     context_deadline_at(context, SystemTime::now())
 }
 
@@ -59,9 +66,41 @@ pub(crate) async fn within<F: Future>(invocation: Option<Invocation>, fut: F) ->
     }
 }
 
-/// Runs `fut` within the invocation described by `context`.
+/// Runs `fut` within the invocation described by `context`: its deadline and, in Lambda's
+/// tenant isolation mode, its tenant ([`Context::tenant_id`](lambda_runtime::Context)),
+/// which every stored id in `fut` then includes.
 pub async fn with_context<F: Future>(context: &lambda_runtime::Context, fut: F) -> F::Output {
-    with_deadline(context_deadline(context), fut).await
+    within_tenant(
+        context_tenant(context),
+        with_deadline(context_deadline(context), fut),
+    )
+    .await
+}
+
+/// The tenant of a Lambda context: `None` without one, and for an empty tenant id, which
+/// Lambda never sends (a tenant id is 1 to 256 characters) and which would make a stored id
+/// no different from another tenant's empty one: it is no tenant.
+pub(crate) fn context_tenant(context: &lambda_runtime::Context) -> Option<Arc<str>> {
+    context
+        .tenant_id
+        .as_deref()
+        .filter(|tenant| !tenant.is_empty())
+        .map(Arc::from)
+}
+
+/// Runs `fut` with `tenant` as the tenant of its stored ids. `None` keeps the enclosing
+/// tenant: a context without one, met inside a tenant's invocation, never lets its calls
+/// out of that tenant's records.
+pub(crate) async fn within_tenant<F: Future>(tenant: Option<Arc<str>>, fut: F) -> F::Output {
+    match tenant {
+        Some(tenant) => TENANT.scope(tenant, fut).await,
+        None => fut.await,
+    }
+}
+
+/// The tenant set by an enclosing [`with_context`] (or a batch, or a layer), if any.
+pub fn current_tenant() -> Option<Arc<str>> {
+    TENANT.try_with(Arc::clone).ok()
 }
 
 /// The deadline set by an enclosing [`with_deadline`] or [`with_context`].
@@ -77,6 +116,23 @@ pub(crate) fn current() -> Option<Invocation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_tenant_outlives_a_nested_deadline_and_an_empty_one_is_none() {
+        let mut context = lambda_runtime::Context::default();
+        context.tenant_id = Some(String::new());
+        assert_eq!(context_tenant(&context), None);
+        context.tenant_id = Some("a".into());
+        let seen = with_context(&context, async {
+            let nested = with_deadline(Some(SystemTime::now()), async { current_tenant() });
+            let none = lambda_runtime::Context::default();
+            let untenanted = with_context(&none, async { current_tenant() }).await;
+            (nested.await, untenanted)
+        })
+        .await;
+        assert_eq!(seen, (Some("a".into()), Some("a".into())));
+        assert_eq!(current_tenant(), None);
+    }
 
     #[test]
     fn a_deadline_already_past_is_no_deadline() {

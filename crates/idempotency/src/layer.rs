@@ -18,7 +18,9 @@ use std::task::{Context, Poll};
 /// case, for direct invocations and API Gateway events. The key comes from the event
 /// (`Operation`'s key strategy runs over the serialized payload), the lease from the
 /// invocation's deadline. A duplicate gets the stored response; an in-progress duplicate
-/// is an error the caller sees ([`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress)).
+/// is an error the caller sees ([`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress)),
+/// or the operation's [`when_in_progress`](crate::Operation::when_in_progress) answer.
+/// An invocation with a tenant id keys its record under that tenant.
 ///
 /// For SQS, use [`SqsBatch`](crate::SqsBatch) with a per-message function instead: a
 /// batch's records must be deduplicated one by one.
@@ -124,11 +126,13 @@ where
         Box::pin(async move {
             let payload = serde_json::to_value(&event.payload)?;
             let deadline = invocation::context_deadline_at(&event.context, idempotency.now());
+            let tenant = invocation::context_tenant(&event.context);
             let run = || async move { inner.call(event).await.map_err(Into::into) };
             let run = invocation::with_deadline(
                 deadline,
                 idempotency.execute_inner(&operation, &payload, deadline, run),
             );
+            let run = invocation::within_tenant(tenant, run);
             match run.await {
                 Ok((response, _)) => Ok(response),
                 Err(ExecuteError::Function(e)) => Err(e),

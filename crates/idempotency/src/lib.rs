@@ -81,6 +81,7 @@ mod handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod in_progress;
 mod invocation;
 mod key;
 mod layer;
@@ -90,6 +91,7 @@ mod operation;
 mod record;
 mod record_scope;
 mod records;
+mod replay;
 pub mod store;
 mod twins;
 mod writes;
@@ -107,13 +109,15 @@ pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
-pub use invocation::{current_deadline, with_context, with_deadline};
+pub use in_progress::InProgress;
+pub use invocation::{current_deadline, current_tenant, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
 pub use operation::{Operation, Outcome};
+pub use replay::Replay;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;

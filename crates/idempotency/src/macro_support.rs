@@ -12,8 +12,22 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::SystemTime;
 
-pub use crate::invocation::context_deadline;
 pub use lambda_runtime::Context;
+
+/// What a call takes from the function's Lambda context: its deadline and its tenant.
+#[derive(Debug, Default)]
+pub struct ContextCall {
+    deadline: Option<SystemTime>,
+    tenant: Option<std::sync::Arc<str>>,
+}
+
+/// The deadline and the tenant of `context`.
+pub fn context_call(context: &Context) -> ContextCall {
+    ContextCall {
+        deadline: crate::invocation::context_deadline(context),
+        tenant: crate::invocation::context_tenant(context),
+    }
+}
 
 /// The operation described by the macro's arguments, checked. The macro checks its
 /// literals at compile time; this also catches what only the first call sees (the
@@ -76,7 +90,7 @@ pub async fn run<R, F, Fut>(
     handle: &Idempotency,
     operation: &Result<Operation, Error>,
     payload: Result<Value, serde_json::Error>,
-    deadline: Option<SystemTime>,
+    context: ContextCall,
     body: F,
 ) -> R
 where
@@ -84,7 +98,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = R>,
 {
-    let result = run_with_outcome::<R, F, Fut>(handle, operation, payload, deadline, body).await;
+    let result = run_with_outcome::<R, F, Fut>(handle, operation, payload, context, body).await;
     R::from_result(result.map(|(value, _)| value))
 }
 
@@ -93,7 +107,7 @@ pub async fn run_with_outcome<R, F, Fut>(
     handle: &Idempotency,
     operation: &Result<Operation, Error>,
     payload: Result<Value, serde_json::Error>,
-    deadline: Option<SystemTime>,
+    context: ContextCall,
     body: F,
 ) -> Result<(R::Returned, Outcome), R::Err>
 where
@@ -113,10 +127,11 @@ where
             }));
         }
     };
-    handle
-        .execute_observed(operation, &payload, deadline, true, || async move {
+    let call =
+        handle.execute_observed(operation, &payload, context.deadline, true, || async move {
             body().await.into_answer()
-        })
+        });
+    crate::invocation::within_tenant(context.tenant, call)
         .await
         .map(|(value, outcome)| (R::returned(value), outcome))
         .map_err(ExecuteError::into_inner)

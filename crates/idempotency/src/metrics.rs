@@ -37,7 +37,7 @@ pub fn describe() {
         describe_counter!(
             OUTCOMES,
             Unit::Count,
-            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, disabled, in_progress, claim_abandoned, rejected, failed, lease_lost, store_error, panicked, cancelled"
+            "Idempotent calls by outcome: executed, took_over, executed_unstored, replayed, replayed_from_cache, joined, in_progress_answered, disabled, in_progress, claim_abandoned, rejected, failed, lease_lost, store_error, panicked, cancelled"
         );
         describe_counter!(
             BATCH_FAILURES,
@@ -145,7 +145,9 @@ pub(crate) fn outcome_label<T, E>(
 /// The `outcome` label of the library's own error.
 pub(crate) fn error_label(e: &crate::Error) -> &'static str {
     match e {
-        crate::Error::AlreadyInProgress { .. } => "in_progress",
+        // An in-progress answer that failed still leaves the call unanswered, in progress.
+        crate::Error::AlreadyInProgress { .. }
+        | crate::Error::InProgressAnswerIncompatible { .. } => "in_progress",
         crate::Error::ClaimAbandoned { .. } => "claim_abandoned",
         e if e.is_permanent() => "rejected",
         crate::Error::LeaseLost { .. } => "lease_lost",

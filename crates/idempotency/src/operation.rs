@@ -10,8 +10,22 @@ use std::time::Duration;
 /// function name may hold neither, the operation and an explicit key prefix no `#`, so
 /// the first `#` ends the prefix and the first `.` the function name: two different
 /// (function, operation, key) never share an id.
+///
+/// An invocation with a tenant (Lambda's tenant isolation mode) prefixes its ids with
+/// `#{tenant}#`, the tenant percent-encoded ([`push_tenant`]): `#{tenant}#{prefix}#{key}`.
+/// That keeps every id apart from every other:
+/// - no untenanted id starts with `#` (its prefix is a name, never empty, holding no `#`),
+///   and every tenanted one does;
+/// - the encoded tenant holds no `#`, so the second `#` ends it; the encoding is
+///   one-to-one, so two tenants never share it;
+/// - after it, `{prefix}#{key}` splits as an untenanted id does.
+///
+/// The tenant goes first, not after the prefix: there the key (any text, `#` included) of
+/// an untenanted id could spell another tenant's id.
 const PREFIX_END: char = '#';
 const FUNCTION_END: char = '.';
+/// What a tenanted id starts with, and the end of its tenant.
+const TENANT_MARK: char = '#';
 
 /// One idempotent operation: how its key is found, which fields must match on a
 /// duplicate, and the name that keeps its keys apart from other operations'.
@@ -32,6 +46,11 @@ pub struct Operation {
     pub(crate) at_most_once: bool,
     /// This operation's lease, in place of the handle's; see [`lease`](Self::lease).
     pub(crate) lease: Option<Duration>,
+    /// What a replay returns, changed (see [`on_replay`](Self::on_replay)).
+    pub(crate) on_replay: Option<crate::replay::ReplayHook>,
+    /// What a direct call returns for a key in progress (see
+    /// [`when_in_progress`](Self::when_in_progress)).
+    pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
 }
 
 impl Operation {
@@ -61,6 +80,8 @@ impl Operation {
             key_prefix: None,
             at_most_once: false,
             lease: None,
+            on_replay: None,
+            when_in_progress: None,
         }
     }
 
@@ -190,23 +211,116 @@ impl Operation {
         self
     }
 
+    /// Changes or annotates what a replay returns: `hook` gets the stored value and the
+    /// record it came from ([`Replay`](crate::Replay)) and returns the answer, which then
+    /// becomes the function's type. It runs on every replay (from the store, from a claim
+    /// that finds the record completed, from the local cache), never when the function
+    /// runs, nor for a twin joined in the same batch (its answer is its sibling's run).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation};
+    /// use serde_json::{Value, json};
+    ///
+    /// let op = Operation::new("greet", KeyStrategy::field("id"))
+    ///     .on_replay(|mut stored, replay| {
+    ///         stored["replayed_from"] = json!(replay.id);
+    ///         stored
+    ///     });
+    /// let idempotency = Idempotency::builder(MemoryStore::new()).function_name("fn").build();
+    /// let payload = json!({"id": "42"});
+    /// let run = || async { Ok::<_, lambda_idempotency::Error>(json!({"hello": "ada"})) };
+    /// let first: Value = idempotency.run(&op, &payload, run).await.unwrap();
+    /// let again: Value = idempotency.run(&op, &payload, run).await.unwrap();
+    /// assert_eq!(first, json!({"hello": "ada"}));
+    /// assert_eq!(again, json!({"hello": "ada", "replayed_from": "fn.greet#42"}));
+    /// # }
+    /// ```
+    pub fn on_replay(
+        mut self,
+        hook: impl Fn(Value, &crate::Replay) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        self.on_replay = Some(crate::replay::ReplayHook(std::sync::Arc::new(hook)));
+        self
+    }
+
+    /// Answers a direct call whose key is in progress in another call, instead of
+    /// [`Error::AlreadyInProgress`]: `answer` gets the record in progress
+    /// ([`InProgress`](crate::InProgress)) and returns the value the call returns, as the
+    /// function's type, with [`Outcome::InProgressAnswered`]; `None` keeps the error. An
+    /// answer that does not deserialize into the function's type is
+    /// [`Error::InProgressAnswerIncompatible`].
+    ///
+    /// Direct calls are [`Idempotency::execute`](crate::Idempotency::execute) and
+    /// [`run`](crate::Idempotency::run) and [`IdempotentLayer`](crate::IdempotentLayer).
+    /// Never within a batch ([`SqsBatch`](crate::SqsBatch), the stream batches): a record
+    /// in progress there is still handed back for redelivery, never acknowledged unrun.
+    /// The HTTP `Idempotency-Key` layer keeps its `409`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use lambda_idempotency::{Idempotency, KeyStrategy, MemoryStore, Operation, Outcome};
+    /// use serde_json::json;
+    ///
+    /// let op = Operation::new("charge", KeyStrategy::field("id")).when_in_progress(|p| {
+    ///     Some(json!({"status": "pending", "retry_after_s": p.retry_after.as_secs()}))
+    /// });
+    /// let idempotency = Idempotency::new(MemoryStore::new());
+    /// let payload = json!({"id": "42"});
+    /// let charge = || async { Ok::<_, std::io::Error>(json!({"status": "charged"})) };
+    /// let first = idempotency.execute(&op, &payload, || async {
+    ///     // Another call with the key while this one holds it: answered, not refused.
+    ///     let (pending, outcome) = idempotency.execute(&op, &payload, charge).await.unwrap();
+    ///     assert_eq!(outcome, Outcome::InProgressAnswered);
+    ///     assert_eq!(pending["status"], "pending");
+    ///     charge().await
+    /// });
+    /// let (charged, outcome) = first.await.unwrap();
+    /// assert_eq!((charged["status"].as_str(), outcome), (Some("charged"), Outcome::Executed));
+    /// # }
+    /// ```
+    pub fn when_in_progress(
+        mut self,
+        answer: impl Fn(&crate::InProgress) -> Option<Value> + Send + Sync + 'static,
+    ) -> Self {
+        self.when_in_progress = Some(crate::in_progress::InProgressAnswer(std::sync::Arc::new(
+            answer,
+        )));
+        self
+    }
+
     /// The operation's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The stored id for `payload`: `{function_name}.{name}#{key}`, or `{key_prefix}#{key}`.
-    /// The names were checked when the operation and the handle were built.
-    pub(crate) fn stored_id(&self, function_name: &str, payload: &Value) -> Result<String, Error> {
+    /// The stored id for `payload`: `{function_name}.{name}#{key}`, or `{key_prefix}#{key}`,
+    /// after `#{tenant}#` for an invocation with a tenant (see [`PREFIX_END`]). The names
+    /// were checked when the operation and the handle were built.
+    pub(crate) fn stored_id(
+        &self,
+        function_name: &str,
+        tenant: Option<&str>,
+        payload: &Value,
+    ) -> Result<String, Error> {
         let key = self.key.derive(payload)?;
         // Pushed rather than formatted: this runs for every message.
         let mut id = String::with_capacity(
-            self.key_prefix
-                .as_ref()
-                .map_or(function_name.len() + 1 + self.name.len(), String::len)
+            tenant.map_or(0, |t| t.len() + 2)
+                + self
+                    .key_prefix
+                    .as_ref()
+                    .map_or(function_name.len() + 1 + self.name.len(), String::len)
                 + 1
                 + key.len(),
         );
+        if let Some(tenant) = tenant {
+            id.push(TENANT_MARK);
+            push_tenant(&mut id, tenant);
+            id.push(TENANT_MARK);
+        }
         match &self.key_prefix {
             Some(prefix) => id.push_str(prefix),
             None => {
@@ -218,6 +332,18 @@ impl Operation {
         id.push(PREFIX_END);
         id.push_str(&key);
         Ok(id)
+    }
+}
+
+/// Pushes `tenant` with `%` and `#` percent-encoded (`%25`, `%23`): one-to-one, and free
+/// of the `#` that ends it. Lambda's tenant ids hold neither, so they read as they are.
+fn push_tenant(id: &mut String, tenant: &str) {
+    for c in tenant.chars() {
+        match c {
+            '%' => id.push_str("%25"),
+            '#' => id.push_str("%23"),
+            c => id.push(c),
+        }
     }
 }
 
@@ -246,6 +372,10 @@ pub enum Outcome {
     /// for it and returned its result, with no store request; the function did not run
     /// again.
     Joined,
+    /// The key was in progress in another call and the operation's
+    /// [`when_in_progress`](Operation::when_in_progress) answered instead of
+    /// [`Error::AlreadyInProgress`]; the function did not run. Never in a batch.
+    InProgressAnswered,
     /// Idempotency is disabled: the function ran unprotected.
     Disabled,
 }
@@ -261,6 +391,7 @@ impl Outcome {
             Outcome::Replayed => "replayed",
             Outcome::ReplayedFromCache => "replayed_from_cache",
             Outcome::Joined => "joined",
+            Outcome::InProgressAnswered => "in_progress_answered",
             Outcome::Disabled => "disabled",
         }
     }
@@ -326,6 +457,7 @@ mod tests {
             (Outcome::Replayed, false),
             (Outcome::ReplayedFromCache, false),
             (Outcome::Joined, false),
+            (Outcome::InProgressAnswered, false),
         ] {
             assert_eq!(outcome.ran(), ran, "{outcome:?}");
         }
@@ -337,14 +469,67 @@ mod tests {
         assert_eq!(op.name(), "charge");
         let payload = serde_json::json!({"id": "42"});
         assert_eq!(
-            op.stored_id("orders", &payload).unwrap(),
+            op.stored_id("orders", None, &payload).unwrap(),
             "orders.charge#42"
+        );
+        assert_eq!(
+            op.stored_id("orders", Some("t-1"), &payload).unwrap(),
+            "#t-1#orders.charge#42"
         );
         let pinned = op.key_prefix("v1-charge");
         assert_eq!(
-            pinned.stored_id("orders", &payload).unwrap(),
+            pinned.stored_id("orders", None, &payload).unwrap(),
             "v1-charge#42"
         );
+        assert_eq!(
+            pinned.stored_id("orders", Some("a%b#c"), &payload).unwrap(),
+            "#a%25b%23c#v1-charge#42"
+        );
+    }
+
+    /// Tenants, prefixes and keys chosen to spell one another's ids: every (tenant,
+    /// prefix, key) gives an id of its own.
+    #[test]
+    fn tenanted_ids_never_collide() {
+        let tenants = [
+            None,
+            Some("a"),
+            Some("b"),
+            Some("a#b"),
+            Some("a%23b"),
+            Some("a%b"),
+            Some("%"),
+            Some("#"),
+            Some("a#p"),
+            Some("p"),
+            Some("."),
+        ];
+        let prefixes = ["p", "a", "b", "a.p", "f.op", "%23", "%", "bp"];
+        let keys = [
+            "k", "#k", "a#p#k", "p#k", "b#p#k", "#a#p#k", "", "%23", "k#",
+        ];
+        let mut seen = std::collections::HashMap::new();
+        for tenant in tenants {
+            for prefix in prefixes {
+                for key in keys {
+                    let op = Operation::new("op", KeyStrategy::field("id")).key_prefix(prefix);
+                    let payload = serde_json::json!({ "id": key });
+                    let Ok(id) = op.stored_id("f", tenant, &payload) else {
+                        continue; // an empty key is refused
+                    };
+                    if let Some(other) = seen.insert(id.clone(), (tenant, prefix, key)) {
+                        panic!("{id:?} from {other:?} and {:?}", (tenant, prefix, key));
+                    }
+                }
+            }
+            let op = Operation::new("op", KeyStrategy::field("id"));
+            let id = op
+                .stored_id("f", tenant, &serde_json::json!({ "id": "k" }))
+                .unwrap();
+            assert_eq!(id.starts_with('#'), tenant.is_some(), "{id}");
+            // `f.op` as a key prefix shares the function's ids, as untenanted; no more.
+            assert!(seen.contains_key(&id), "{id}");
+        }
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub(crate) async fn within<F: Future>(scope: Arc<RecordScope>, fut: F) -> F::Out
     RECORD.scope(scope, fut).await
 }
 
-/// The enclosing record's scope, if any.
+/// The enclosing record's scope, if any: also what tells a batch record's call from a
+/// direct one (the in-progress answer is for direct calls only).
 pub(crate) fn current() -> Option<Arc<RecordScope>> {
     RECORD.try_with(Arc::clone).ok()
 }

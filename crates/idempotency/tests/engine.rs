@@ -827,3 +827,198 @@ async fn an_operation_lease_is_cut_at_the_deadline() {
     .await
     .unwrap();
 }
+
+/// Runs `call` within an invocation of `tenant` (none for `None`).
+async fn as_tenant<F: std::future::Future>(tenant: Option<&str>, call: F) -> F::Output {
+    let mut context = lambda_runtime::Context::default();
+    context.tenant_id = tenant.map(str::to_owned);
+    lambda_idempotency::with_context(&context, call).await
+}
+
+#[tokio::test]
+async fn tenants_never_share_a_record_and_untenanted_ids_stay_as_they_were() {
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let calls = AtomicU32::new(0);
+    let mut outcomes = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None, Some("")] {
+        let (_, outcome) = as_tenant(tenant, call(&idem, &payload("k"), &calls))
+            .await
+            .unwrap();
+        outcomes.push(outcome);
+    }
+    use Outcome::{Executed, Replayed};
+    // An empty tenant id is no tenant: it shares the untenanted record.
+    assert_eq!(
+        outcomes,
+        [Executed, Executed, Replayed, Replayed, Executed, Replayed]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let ids = |tenant| async move {
+        let idem = Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .build();
+        as_tenant(tenant, async { idem.idempotency_id(&op(), &payload("k")) })
+            .await
+            .unwrap()
+    };
+    assert_eq!(ids(None).await, "fn.generate#k");
+    assert_eq!(ids(Some("a")).await, "#a#fn.generate#k");
+    assert_eq!(ids(Some("a#b%")).await, "#a%23b%25#fn.generate#k");
+    // The tenant counts against the store's longest id.
+    let long = "t".repeat(2048);
+    let idem = Idempotency::new(MemoryStore::new());
+    let too_long = as_tenant(Some(&long), call(&idem, &payload("k"), &calls)).await;
+    assert!(
+        matches!(
+            too_long,
+            Err(ExecuteError::Idempotency(Error::KeyTooLong { .. }))
+        ),
+        "{too_long:?}"
+    );
+}
+
+/// The replay hook sees every replay (from the claim that finds the record completed, from
+/// the local cache) with its record, and never an execution.
+#[tokio::test]
+async fn the_replay_hook_changes_every_replay_and_no_execution() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let op = {
+        let seen = seen.clone();
+        op().on_replay(move |stored, replay| {
+            seen.lock()
+                .unwrap()
+                .push((replay.id.clone(), replay.from_cache));
+            assert!(replay.expiration > SystemTime::now());
+            json!(format!("{} (replayed)", stored.as_str().unwrap()))
+        })
+    };
+    assert!(format!("{op:?}").contains("ReplayHook(set)"));
+    let calls = AtomicU32::new(0);
+    let run = |idem: Idempotency| {
+        let (op, calls) = (op.clone(), &calls);
+        async move {
+            idem.execute(&op, &payload("r"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("answer".to_string())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let store = MemoryStore::new();
+    let idem = || Idempotency::builder(store.clone()).function_name("fn");
+    let cached = idem().local_cache(4).build();
+    assert_eq!(
+        run(cached.clone()).await,
+        ("answer".into(), Outcome::Executed)
+    );
+    assert!(seen.lock().unwrap().is_empty(), "never on an execution");
+    let replayed = ("answer (replayed)".to_string(), Outcome::Replayed);
+    assert_eq!(run(idem().build()).await, replayed);
+    let from_cache = ("answer (replayed)".to_string(), Outcome::ReplayedFromCache);
+    assert_eq!(run(cached).await, from_cache);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("fn.generate#r".to_string(), false),
+            ("fn.generate#r".to_string(), true)
+        ]
+    );
+}
+
+/// What a call for `payload("busy")` under `op` returns while another call holds its key
+/// (the outer call, here: outside a batch a nested call meets it in the store).
+async fn while_in_progress<T>(
+    idem: &Idempotency,
+    op: &Operation,
+) -> Result<(T, Outcome), ExecuteError<String>>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut answer = None;
+    let slot = &mut answer;
+    idem.execute(op, &payload("busy"), move || async move {
+        *slot = Some(
+            idem.execute(op, &payload("busy"), || async {
+                unreachable!("the key is in progress: the function never runs")
+            })
+            .await,
+        );
+        Ok::<_, String>(json!("done"))
+    })
+    .await
+    .unwrap();
+    answer.unwrap()
+}
+
+#[tokio::test]
+async fn a_key_in_progress_gets_the_operations_answer_outside_a_batch() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let op = {
+        let seen = seen.clone();
+        op().when_in_progress(move |p| {
+            seen.lock().unwrap().push(p.clone());
+            Some(json!({"status": "pending", "retry_after_s": p.retry_after.as_secs()}))
+        })
+    };
+    assert!(format!("{op:?}").contains("InProgressAnswer(set)"));
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .lease(Duration::from_secs(60))
+        .build();
+    let before = SystemTime::now();
+    let (answer, outcome) = while_in_progress::<Value>(&idem, &op).await.unwrap();
+    assert_eq!(outcome, Outcome::InProgressAnswered);
+    assert_eq!(outcome.as_str(), "in_progress_answered");
+    assert!(!outcome.ran());
+    assert_eq!(answer["status"], "pending");
+    let seen = seen.lock().unwrap();
+    let [p] = seen.as_slice() else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(p.id, "fn.generate#busy");
+    assert!(p.lease_expires > before + Duration::from_secs(59));
+    // The record is claimable a millisecond after its lease.
+    assert!(p.retry_after > Duration::from_secs(59));
+    assert!(p.retry_after <= Duration::from_millis(60_001));
+    assert_eq!(answer["retry_after_s"], p.retry_after.as_secs());
+}
+
+#[tokio::test]
+async fn an_in_progress_answer_of_none_keeps_already_in_progress() {
+    let asked = Arc::new(AtomicU32::new(0));
+    let op = {
+        let asked = asked.clone();
+        op().when_in_progress(move |_| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            None
+        })
+    };
+    let idem = Idempotency::new(MemoryStore::new());
+    let result = while_in_progress::<Value>(&idem, &op).await;
+    assert!(
+        matches!(
+            result,
+            Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+        ),
+        "{result:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_in_progress_answer_that_is_not_the_functions_type_is_a_clear_error() {
+    let op = op().when_in_progress(|_| Some(json!({"status": "pending"})));
+    let idem = Idempotency::new(MemoryStore::new());
+    let result = while_in_progress::<u32>(&idem, &op).await;
+    let Err(ExecuteError::Idempotency(err @ Error::InProgressAnswerIncompatible { .. })) = result
+    else {
+        panic!("{result:?}")
+    };
+    assert!(err.to_string().contains("in-progress answer"), "{err}");
+    assert!(err.is_retryable() && !err.is_permanent());
+    assert!(lambda_idempotency::report(&err).contains("expected u32"));
+}

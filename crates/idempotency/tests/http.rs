@@ -1508,3 +1508,39 @@ async fn an_at_most_once_key_whose_run_crashed_is_500_outcome_unknown() {
     let refused = layer(&store).lease(Duration::ZERO).build().unwrap_err();
     assert!(refused.to_string().contains("lease"), "{refused}");
 }
+
+/// Lambda's tenant isolation mode: the same caller's same request under two tenants runs
+/// once for each, whatever the scope; again under one of them it replays.
+#[tokio::test]
+async fn two_tenants_never_share_a_response() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let mut seen = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None] {
+        let mut context = Context::default();
+        context.tenant_id = tenant.map(str::to_owned);
+        let answer = send_in(&service, REST, |_| {}, context).await;
+        seen.push((
+            answer.status,
+            answer.json()["call"].clone(),
+            answer.replayed(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            (200, json!(1), false),
+            (200, json!(2), false),
+            (200, json!(1), true),
+            (200, json!(2), true),
+            (200, json!(3), false),
+        ]
+    );
+    assert_eq!(app.calls(), 3);
+    assert_eq!(
+        store.inner().len(),
+        3,
+        "one record per tenant, one untenanted"
+    );
+}

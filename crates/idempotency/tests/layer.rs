@@ -165,3 +165,86 @@ async fn an_at_most_once_handler_whose_run_crashed_is_not_run_again() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// Lambda's tenant isolation mode: the same event under two tenants runs once for each;
+/// again under one of them it replays. Untenanted ids are as they were.
+#[tokio::test]
+async fn two_tenants_never_share_a_response() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |_: LambdaEvent<Value>| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok::<_, lambda_runtime::Error>(json!({ "call": n })) }
+    });
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("charge", KeyStrategy::field("payment_id"));
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+    let mut answers = Vec::new();
+    for tenant in [Some("a"), Some("b"), Some("a"), Some("b"), None] {
+        let mut context = Context::default();
+        context.tenant_id = tenant.map(str::to_owned);
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
+        let event = LambdaEvent::new(json!({"payment_id": "p1"}), context);
+        answers.push(service.call(event).await.unwrap()["call"].clone());
+    }
+    assert_eq!(answers, [1, 2, 1, 2, 3].map(|n| json!(n)));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    for id in ["#a#fn.charge#p1", "#b#fn.charge#p1", "fn.charge#p1"] {
+        assert!(store.record(id).is_some(), "{id}");
+    }
+}
+
+/// The operation's answers through the layer: an invocation whose key is in progress gets
+/// the in-progress answer, a duplicate after it the stored response through the replay hook.
+#[tokio::test]
+async fn the_layer_answers_a_key_in_progress_and_replays_through_the_hook() {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let (started, release) = (started.clone(), release.clone());
+        service_fn(move |_: LambdaEvent<Value>| {
+            let (started, release) = (started.clone(), release.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, lambda_runtime::Error>(json!({"status": "charged"}))
+            }
+        })
+    };
+    let op = Operation::new("charge", KeyStrategy::field("payment_id"))
+        .when_in_progress(|p| Some(json!({"status": "pending", "id": p.id})))
+        .on_replay(|mut stored, _| {
+            stored["replayed"] = json!(true);
+            stored
+        });
+    let idempotency = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let mut service = ServiceBuilder::new()
+        .layer(IdempotentLayer::new(idempotency, op))
+        .service(handler);
+    let mut other = service.clone();
+    let event = json!({"payment_id": "p1"});
+    let first = call(&mut other, event.clone());
+    let duplicate = async {
+        started.notified().await;
+        let answer = call(&mut service, event.clone()).await;
+        release.notify_one();
+        answer
+    };
+    let (first, duplicate) = tokio::join!(first, duplicate);
+    assert_eq!(first.unwrap(), json!({"status": "charged"}));
+    assert_eq!(
+        duplicate.unwrap(),
+        json!({"status": "pending", "id": "fn.charge#p1"})
+    );
+    let again = call(&mut service, event).await.unwrap();
+    assert_eq!(again, json!({"status": "charged", "replayed": true}));
+}

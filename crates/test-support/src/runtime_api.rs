@@ -13,7 +13,7 @@ use tokio::sync::{Mutex, mpsc};
 pub struct RuntimeApi {
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
     pub address: String,
-    events: mpsc::UnboundedSender<Value>,
+    events: mpsc::UnboundedSender<(Value, Option<String>)>,
     responses: Mutex<mpsc::UnboundedReceiver<(String, Value)>>,
     shared: Arc<Shared>,
     _server: Server,
@@ -21,7 +21,8 @@ pub struct RuntimeApi {
 
 #[derive(Debug)]
 struct Shared {
-    pending: Mutex<mpsc::UnboundedReceiver<Value>>,
+    /// Each event with its tenant id, if any.
+    pending: Mutex<mpsc::UnboundedReceiver<(Value, Option<String>)>>,
     done: mpsc::UnboundedSender<(String, Value)>,
     first_poll: Mutex<Option<Instant>>,
     handed_out: AtomicU64,
@@ -54,7 +55,13 @@ impl RuntimeApi {
 
     /// Queues one invocation.
     pub fn invoke(&self, event: Value) {
-        let _ = self.events.send(event);
+        let _ = self.events.send((event, None));
+    }
+
+    /// Queues one invocation of `tenant`, as Lambda's tenant isolation mode sends it (the
+    /// `lambda-runtime-aws-tenant-id` header).
+    pub fn invoke_as_tenant(&self, event: Value, tenant: &str) {
+        let _ = self.events.send((event, Some(tenant.to_owned())));
     }
 
     /// The next response (or error report) the function posted.
@@ -89,7 +96,7 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Response {
         .lock()
         .await
         .get_or_insert_with(Instant::now);
-    let Some(event) = shared.pending.lock().await.recv().await else {
+    let Some((event, tenant)) = shared.pending.lock().await.recv().await else {
         return http::json(
             StatusCode::GONE,
             &json!({"errorMessage": "the mock stopped"}),
@@ -117,6 +124,12 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Response {
         response
             .headers_mut()
             .insert(name, value.parse().expect("a valid header value"));
+    }
+    if let Some(tenant) = tenant {
+        response.headers_mut().insert(
+            "lambda-runtime-aws-tenant-id",
+            tenant.parse().expect("a valid tenant id"),
+        );
     }
     response
 }

@@ -123,11 +123,13 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
     let hash = option_fields(krate, plan.hash.as_ref());
     let validate = option_fields(krate, plan.validate.as_ref());
     let key_prefix = option_lit(plan.key_prefix.as_ref());
-    let deadline = match &plan.context {
+    let context = match &plan.context {
         Some(ctx) => quote! {
-            #krate::__macro_support::context_deadline(::core::borrow::Borrow::<#krate::__macro_support::Context>::borrow(&#ctx))
+            #krate::__macro_support::context_call(::core::borrow::Borrow::<#krate::__macro_support::Context>::borrow(&#ctx))
         },
-        None => quote! { ::core::option::Option::None },
+        None => {
+            quote! { <#krate::__macro_support::ContextCall as ::core::default::Default>::default() }
+        }
     };
     // Spanned at the payload argument and the return type, so a payload that does not
     // serialize, or a result that cannot be stored, is reported there, once.
@@ -149,7 +151,7 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
             &__idempotent_handle,
             __idempotent_operation,
             __idempotent_payload,
-            __idempotent_deadline,
+            __idempotent_context,
             __idempotent_body,
         )
         .await
@@ -167,7 +169,7 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
         });
         let __idempotent_handle: #krate::Idempotency = #krate::Idempotency::clone(&(#handle));
         let __idempotent_payload = #payload_json;
-        let __idempotent_deadline = #deadline;
+        let __idempotent_context = #context;
         let __idempotent_body = move || async move {
             // Pins the block's type to the declared return type, for `?` and `return`.
             #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::needless_return)]

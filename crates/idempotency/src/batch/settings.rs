@@ -212,8 +212,10 @@ macro_rules! batch_entry_points {
             {
                 let now = self.settings.clock.now();
                 let deadline = crate::invocation::context_deadline_at(&event.context, now);
-                self.report_records(event.payload.records, deadline, handler)
-                    .await
+                // The tenant keys every record's ids; a nested `with_deadline` keeps it.
+                let tenant = crate::invocation::context_tenant(&event.context);
+                let records = self.report_records(event.payload.records, deadline, handler);
+                crate::invocation::within_tenant(tenant, records).await
             }
         }
     };

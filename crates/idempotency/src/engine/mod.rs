@@ -14,6 +14,7 @@ use crate::invocation::Invocation;
 use crate::lease;
 use crate::operation::{Operation, Outcome};
 use crate::record::{Claim, Record, Status, new_lease_token};
+use crate::replay::{self, Replay, ReplayHook};
 use crate::store::{ClaimOutcome, IdempotencyStore};
 use crate::writes::Writes;
 use serde::Serialize;
@@ -56,7 +57,13 @@ impl Engine {
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
             debug!("replayed from the local cache");
-            return decode(id, cached.data.as_deref()).map(Claimed::Cached);
+            let replay = Replay {
+                id: id.to_owned(),
+                expiration: cached.expiration,
+                from_cache: true,
+            };
+            return replay::decode(op.on_replay.as_ref(), replay, cached.data.as_deref())
+                .map(Claimed::Cached);
         }
         let attempts = self.config.max_claim_attempts;
         let deadline = invocation.map(|i| i.deadline);
@@ -117,7 +124,7 @@ impl Engine {
                     if claim.at_most_once && record.is_abandoned_at(now) {
                         return Err(self.abandoned(record));
                     }
-                    return self.answer_existing(record);
+                    return self.answer_existing(record, op.on_replay.as_ref());
                 }
                 ClaimOutcome::Vanished => {
                     debug!("record vanished between write and read; claiming again");
@@ -153,7 +160,11 @@ impl Engine {
         }
     }
 
-    fn answer_existing<T: DeserializeOwned>(&self, record: Record) -> Result<Claimed<T>, Error> {
+    fn answer_existing<T: DeserializeOwned>(
+        &self,
+        record: Record,
+        on_replay: Option<&ReplayHook>,
+    ) -> Result<Claimed<T>, Error> {
         match record.status {
             Status::InProgress => {
                 let lease_expires = record.in_progress_expiration.unwrap_or(record.expiration);
@@ -170,7 +181,12 @@ impl Engine {
                 })
             }
             Status::Completed => {
-                let value = decode(&record.id, record.data.as_deref())?;
+                let replay = Replay {
+                    id: record.id.clone(),
+                    expiration: record.expiration,
+                    from_cache: false,
+                };
+                let value = replay::decode(on_replay, replay, record.data.as_deref())?;
                 info!("replayed the stored result");
                 if let Some(cache) = &self.cache {
                     cache.insert(

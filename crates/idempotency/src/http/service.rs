@@ -155,7 +155,14 @@ where
         settings: s,
         outcome: None,
     };
-    respond_counted(s, inner, request, &mut count.outcome).await
+    // Lambda's tenant (tenant isolation mode) keys the request's record: two tenants'
+    // callers never share one, whatever the scope.
+    let tenant = request
+        .extensions()
+        .get::<lambda_runtime::Context>()
+        .and_then(crate::invocation::context_tenant);
+    let respond = respond_counted(s, inner, request, &mut count.outcome);
+    crate::invocation::within_tenant(tenant, respond).await
 }
 
 async fn respond_counted<S, ReqBody, ResBody>(

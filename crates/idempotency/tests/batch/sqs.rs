@@ -1059,3 +1059,139 @@ async fn an_at_most_once_message_whose_run_crashed_is_rejected_and_not_run_again
         json!({"batchItemFailures": [{"itemIdentifier": "m1"}]})
     );
 }
+
+/// One SQS invocation of `tenant` (none for `None`) with a message of job `id`.
+fn tenant_invocation(tenant: Option<&str>, id: &str) -> LambdaEvent<SqsEvent> {
+    let mut event = records(&[("m1", &json!({"id": id, "action": "ok"}).to_string())]);
+    event.context.tenant_id = tenant.map(str::to_owned);
+    event
+}
+
+/// Lambda's tenant isolation mode: the same message under two tenants runs once for each;
+/// again under one of them it replays, also inside a `with_deadline` the handler sets.
+#[tokio::test]
+async fn the_same_message_under_two_tenants_runs_once_for_each() {
+    let handler = Handler::new();
+    let batch = SqsBatch::new();
+    let mut outcomes = Vec::new();
+    for (tenant, rescope) in [
+        (Some("a"), false),
+        (Some("b"), false),
+        (Some("a"), true),
+        (Some("b"), false),
+        (None, false),
+    ] {
+        let report = batch
+            .report_json(tenant_invocation(tenant, "j"), |job: Job, _| {
+                let handler = &handler;
+                async move {
+                    match rescope {
+                        true => lambda_idempotency::with_deadline(None, handler.handle(job)).await,
+                        false => handler.handle(job).await,
+                    }
+                }
+            })
+            .await;
+        outcomes.push(*report.records[0].result.as_ref().unwrap());
+    }
+    use Outcome::{Executed, Replayed};
+    assert_eq!(outcomes, [Executed, Executed, Replayed, Replayed, Executed]);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 3);
+    let op = Operation::new("job", KeyStrategy::field("id"));
+    let untenanted = handler.idempotency.idempotency_id(&op, &json!({"id": "j"}));
+    assert_eq!(untenanted.unwrap(), "local.job#j");
+}
+
+/// An operation's in-progress answer is for direct calls: in a batch, a record whose key is
+/// in progress is still handed back for redelivery, never acknowledged unrun.
+#[tokio::test]
+async fn a_key_in_progress_is_a_batch_item_failure_whatever_the_in_progress_answer() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let op = {
+        let asked = asked.clone();
+        Operation::new("job", KeyStrategy::field("id")).when_in_progress(move |_| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Some(json!("pending"))
+        })
+    };
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    // Another worker holds the key.
+    let holder = {
+        let (idempotency, op) = (idempotency.clone(), op.clone());
+        tokio::spawn(async move {
+            idempotency
+                .run(&op, &json!({"id": "a"}), || async move {
+                    started_tx.send(()).unwrap();
+                    finish_rx.await.unwrap();
+                    Ok::<_, lambda_runtime::Error>(json!("done"))
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    let direct: Value = idempotency
+        .run(&op, &json!({"id": "a"}), || async {
+            Ok::<_, lambda_runtime::Error>(json!("ran"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(direct, "pending", "outside the batch, the answer");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let report = SqsBatch::new()
+        .report_json(records(&[("m1", r#"{"id": "a"}"#)]), |body: Value, _| {
+            let (idempotency, op) = (&idempotency, &op);
+            async move {
+                idempotency
+                    .run(op, &body, || async {
+                        Ok::<_, lambda_runtime::Error>(json!("ran"))
+                    })
+                    .await
+            }
+        })
+        .await;
+    let failure = report.records[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::InProgress, "{}", failure.reason);
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "never asked in a batch");
+    assert_eq!(
+        failures(&report.into_response().unwrap()),
+        json!({"batchItemFailures": [{"itemIdentifier": "m1"}]})
+    );
+    finish_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+}
+
+/// The replay hook runs on a batch's replays as on any other.
+#[tokio::test]
+async fn a_batchs_replay_goes_through_the_operations_replay_hook() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let op = Operation::new("job", KeyStrategy::field("id")).on_replay(|mut stored, replay| {
+        stored["replayed_from"] = json!(replay.id);
+        stored
+    });
+    let batch = SqsBatch::new();
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let report = batch
+            .report_json(records(&[("m1", r#"{"id": "a"}"#)]), |body: Value, _| {
+                let (idempotency, op) = (&idempotency, &op);
+                async move {
+                    idempotency
+                        .run(op, &body, || async {
+                            Ok::<_, lambda_runtime::Error>(json!({"n": 1}))
+                        })
+                        .await
+                }
+            })
+            .await;
+        answers.push(report.records[0].result.as_ref().unwrap().clone());
+    }
+    assert_eq!(
+        answers,
+        [
+            json!({"n": 1}),
+            json!({"n": 1, "replayed_from": "local.job#a"})
+        ]
+    );
+}

@@ -986,3 +986,36 @@ async fn an_at_most_once_record_whose_run_crashed_is_rejected_and_the_shard_goes
     );
     assert_eq!(reported(report.into_response().unwrap()), ["1"]);
 }
+
+/// Lambda's tenant isolation mode, for Kinesis and DynamoDB Streams: the same record under
+/// two tenants runs once for each, and again under one of them replays.
+#[tokio::test]
+async fn the_same_record_under_two_tenants_runs_once_for_each() {
+    use Outcome::{Executed, Replayed};
+    let tenants = [Some("a"), Some("b"), Some("a"), Some("b"), None];
+    let worker = Worker::new();
+    let mut outcomes = Vec::new();
+    for tenant in tenants {
+        let mut event = kinesis(&[("1", &job("j"))]);
+        event.context.tenant_id = tenant.map(str::to_owned);
+        let report = worker.kinesis(&KinesisBatch::new(), event).await;
+        outcomes.extend(kinds(&report));
+    }
+    let expected = [Executed, Executed, Replayed, Replayed, Executed].map(Ok);
+    assert_eq!(outcomes, expected);
+    assert_eq!(worker.calls(), 3);
+
+    let worker = Worker::new();
+    let item = json!({"id": {"S": "j"}, "n": {"N": "1"}});
+    let mut outcomes = Vec::new();
+    for tenant in tenants {
+        let mut event = dynamodb(vec![change("100", "INSERT", item.clone(), Value::Null)]);
+        event.context.tenant_id = tenant.map(str::to_owned);
+        let report = DynamoDbStreamBatch::new()
+            .report_json(event, |image: Value, _| worker.handle(image))
+            .await;
+        outcomes.extend(kinds(&report));
+    }
+    assert_eq!(outcomes, expected);
+    assert_eq!(worker.calls(), 3);
+}

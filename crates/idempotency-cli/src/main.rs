@@ -13,6 +13,7 @@ use lambda_idempotency::store::{Forgotten, ListRequest};
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::SystemTime;
+use target::OpenError;
 
 /// The store failed.
 const STORE_FAILED: u8 = 1;
@@ -39,13 +40,17 @@ async fn main() -> ExitCode {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let handle = match target::url(args.store.clone(), &env) {
         Ok(url) => target::open(&url, &env).await,
-        Err(e) => Err(e),
+        Err(e) => Err(OpenError::Setting(e)),
     };
     let handle = match handle {
         Ok(handle) => handle,
-        Err(e) => {
+        Err(OpenError::Setting(e)) => {
             eprintln!("error: {e}");
             return ExitCode::from(USAGE_ERROR);
+        }
+        Err(OpenError::Unreachable(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(STORE_FAILED);
         }
     };
     match run(&args, &handle).await {

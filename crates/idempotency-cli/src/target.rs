@@ -27,17 +27,32 @@ pub(crate) fn url(
     }
 }
 
+/// Why a store could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The URL or a setting cannot work.
+    Setting(String),
+    /// The store did not answer.
+    Unreachable(String),
+}
+
 /// A handle on the store at `url`, with the worker's settings from `env`.
 pub(crate) async fn open(
     url: &str,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<Idempotency, String> {
+) -> Result<Idempotency, OpenError> {
     let named = |e: lambda_idempotency::Error| {
-        format!("{}: {}", redacted(url), lambda_idempotency::report(&e))
+        let text = format!("{}: {}", redacted(url), lambda_idempotency::report(&e));
+        match e {
+            lambda_idempotency::Error::Store { .. } => OpenError::Unreachable(text),
+            _ => OpenError::Setting(text),
+        }
     };
     let handle = if let Some(table) = url.strip_prefix("dynamodb://") {
         if table.is_empty() || table.contains('/') {
-            return Err(format!("{url:?}: dynamodb://TABLE names one table"));
+            return Err(OpenError::Setting(format!(
+                "{url:?}: dynamodb://TABLE names one table"
+            )));
         }
         let mut names = AttributeNames::default();
         if let Some(key) = env("IDEMPOTENCY_TABLE_PARTITION_KEY") {
@@ -63,10 +78,10 @@ pub(crate) async fn open(
         let table = env("IDEMPOTENCY_TABLE").unwrap_or_else(|| "idempotency".into());
         Idempotency::new(PostgresStore::from_url(url, table).map_err(named)?)
     } else {
-        return Err(format!(
+        return Err(OpenError::Setting(format!(
             "{}: not a store URL (dynamodb://TABLE, redis://, rediss://, postgres://)",
             redacted(url)
-        ));
+        )));
     };
     Ok(handle)
 }

@@ -237,6 +237,11 @@ impl TestTable {
         );
     }
 
+    /// The emulator's URL, for a process that reaches the table itself.
+    pub fn endpoint_url(&self) -> &str {
+        &self.endpoint
+    }
+
     /// Makes the next `count` requests of `operation` (`PutItem`, ...) through
     /// [`TestTable::client`] fail before they are sent, as a connection that failed does:
     /// a retryable error, nothing applied. On every emulator.

@@ -104,6 +104,8 @@ pub struct TestStore {
     redis: Option<(RedisStore, RedisStore)>,
     /// The PostgreSQL store and its table, for [`Backend::Postgres`].
     pub postgres: Option<(PostgresStore, String)>,
+    /// The Redis key namespace, for [`Backend::Redis`] and [`Backend::RedisCluster`].
+    namespace: Option<String>,
 }
 
 impl TestStore {
@@ -116,6 +118,7 @@ impl TestStore {
             memory: None,
             redis: None,
             postgres: None,
+            namespace: None,
         };
         match backend {
             Backend::Memory => {
@@ -135,18 +138,22 @@ impl TestStore {
                         .await
                         .unwrap_or_else(|e| panic!("cannot reach Redis at {url}: {e}; {HOW}"))
                 };
-                let store = connect().await.namespace(redis_prefix(test));
+                let namespace = redis_prefix(test);
+                let store = connect().await.namespace(namespace.clone());
+                this.namespace = Some(namespace);
                 this.store = Arc::new(store.clone());
                 this.redis = Some((store, connect().await));
             }
             Backend::RedisCluster => {
+                let namespace = redis_prefix(test);
                 let urls = redis_cluster_urls();
                 let store = RedisStore::connect_cluster(urls.clone())
                     .await
                     .unwrap_or_else(|e| {
                         panic!("cannot reach the Redis cluster at {urls:?}: {e}; {HOW}")
                     })
-                    .namespace(redis_prefix(test));
+                    .namespace(namespace.clone());
+                this.namespace = Some(namespace);
                 this.store = Arc::new(store);
             }
             Backend::Postgres => {
@@ -163,6 +170,39 @@ impl TestStore {
             }
         }
         this
+    }
+
+    /// How the `lambda-idempotency` command reaches this store: its `--store` URL and the
+    /// variables it reads beside it (the worker's names). `None` for the in-memory store,
+    /// which no other process can reach.
+    pub fn command_line(&self) -> Option<(String, Vec<(&'static str, String)>)> {
+        match self.backend {
+            Backend::Memory => None,
+            Backend::DynamoDb => {
+                let table = self.table.as_ref()?;
+                Some((
+                    format!("dynamodb://{}", table.name),
+                    vec![
+                        ("AWS_ENDPOINT_URL_DYNAMODB", table.endpoint_url().to_owned()),
+                        ("AWS_REGION", "us-east-1".into()),
+                        ("AWS_ACCESS_KEY_ID", "test".into()),
+                        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+                    ],
+                ))
+            }
+            Backend::Redis | Backend::RedisCluster => {
+                let url = match self.backend {
+                    Backend::Redis => redis_url(),
+                    _ => redis_cluster_urls().join(","),
+                };
+                let namespace = self.namespace.clone()?;
+                Some((url, vec![("IDEMPOTENCY_REDIS_NAMESPACE", namespace)]))
+            }
+            Backend::Postgres => {
+                let (_, table) = self.postgres.as_ref()?;
+                Some((postgres_url(), vec![("IDEMPOTENCY_TABLE", table.clone())]))
+            }
+        }
     }
 
     /// Drops the store's connections from the server's side, as a server restart, an

@@ -65,6 +65,7 @@ usage:
 stores (--store, else the worker's IDEMPOTENCY_STORE and its variables):
   dynamodb://TABLE           region, credentials and endpoint from the AWS variables;
                              IDEMPOTENCY_TABLE_PARTITION_KEY, _SORT_KEY, _PARTITION_VALUE
+                             (with a sort key: _PARTITION_VALUE, or AWS_LAMBDA_FUNCTION_NAME)
   redis://HOST:PORT          rediss:// for TLS; several comma-separated URLs: a cluster;
                              IDEMPOTENCY_REDIS_NAMESPACE
   postgres://USER@HOST/DB    IDEMPOTENCY_TABLE (default idempotency)

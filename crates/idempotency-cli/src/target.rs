@@ -58,11 +58,31 @@ pub(crate) async fn open(
         if let Some(key) = env("IDEMPOTENCY_TABLE_PARTITION_KEY") {
             names.id = key;
         }
+        // With a sort key every record lives under the worker's partition value, by
+        // default `idempotency#{its function name}`: outside Lambda that name is not set,
+        // and the store's default (`idempotency#local`) would find none of them.
+        let sort_key = env("IDEMPOTENCY_TABLE_SORT_KEY");
+        let partition_value = match (&sort_key, env("IDEMPOTENCY_TABLE_PARTITION_VALUE")) {
+            (_, Some(value)) => Some(value),
+            (Some(_), None) => match env("AWS_LAMBDA_FUNCTION_NAME") {
+                Some(function) => Some(format!("idempotency#{function}")),
+                None => {
+                    return Err(OpenError::Setting(
+                        "IDEMPOTENCY_TABLE_SORT_KEY is set without IDEMPOTENCY_TABLE_PARTITION_VALUE: \
+                         the worker's records are under idempotency#{its function name}; set \
+                         IDEMPOTENCY_TABLE_PARTITION_VALUE, or AWS_LAMBDA_FUNCTION_NAME to the \
+                         worker's function name"
+                            .into(),
+                    ));
+                }
+            },
+            (None, None) => None,
+        };
         let mut store = DynamoDbStore::from_env(table).await.attribute_names(names);
-        if let Some(sort_key) = env("IDEMPOTENCY_TABLE_SORT_KEY") {
+        if let Some(sort_key) = sort_key {
             store = store.sort_key_attr(sort_key);
         }
-        if let Some(value) = env("IDEMPOTENCY_TABLE_PARTITION_VALUE") {
+        if let Some(value) = partition_value {
             store = store.partition_key_value(value);
         }
         Idempotency::new(store)
@@ -116,6 +136,23 @@ mod tests {
             "postgres://db/test"
         );
         assert_eq!(redacted("host=db password=x"), "<not a URL>");
+    }
+
+    /// With a sort key, every record lives under the worker's partition value, by default
+    /// `idempotency#{its function name}`; the tool runs outside Lambda, where that name is
+    /// not set, and must not silently look under `idempotency#local`.
+    #[tokio::test]
+    async fn a_sort_key_needs_the_worker_s_partition_value() {
+        let env = |name: &str| (name == "IDEMPOTENCY_TABLE_SORT_KEY").then(|| "sk".to_owned());
+        match open("dynamodb://t", &env).await {
+            Err(OpenError::Setting(e)) => assert!(
+                e.contains("IDEMPOTENCY_TABLE_PARTITION_VALUE")
+                    && e.contains("AWS_LAMBDA_FUNCTION_NAME"),
+                "{e}"
+            ),
+            Err(OpenError::Unreachable(e)) => panic!("not a setting: {e}"),
+            Ok(_) => panic!("opened under the partition value idempotency#local"),
+        }
     }
 
     #[test]

@@ -149,3 +149,42 @@ async fn a_hashed_id_reads_back_as_the_id_the_caller_used() {
         "the second duplicate is answered by the local cache"
     );
 }
+
+/// A listing under an operation's prefix finds its ids stored escaped (a NUL in the
+/// key) as it finds the plain ones: the escaped form starts with a marker, not the
+/// prefix, and an operator hunting stuck claims must not miss it.
+#[tokio::test]
+async fn a_listing_under_a_prefix_finds_ids_stored_escaped() {
+    let table = TestTable::new("list_escaped").await;
+    let store = table.store();
+    let now = SystemTime::now();
+    for (id, token) in [
+        ("fn.op#plain", "t1"),
+        ("fn.op#nul\u{0}here", "t2"),
+        ("fn.op#back\\slash\u{0}", "t3"),
+        ("fn.other#x", "t4"),
+    ] {
+        store.claim(&claim(id, now, token)).await.unwrap();
+    }
+    let mut found = Vec::new();
+    let mut request = ListRequest::new("fn.op#", 1);
+    loop {
+        let page = store.list(&request).await.unwrap();
+        assert!(page.unreadable.is_empty(), "{:?}", page.unreadable);
+        found.extend(page.records.into_iter().map(|r| r.id));
+        match page.next {
+            None => break,
+            next => request = request.after(next),
+        }
+    }
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "fn.op#back\\slash\u{0}",
+            "fn.op#nul\u{0}here",
+            "fn.op#plain"
+        ]
+    );
+    table.drop_table().await;
+}

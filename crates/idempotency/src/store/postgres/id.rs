@@ -40,6 +40,25 @@ pub(super) fn stored_id(id: &str) -> Cow<'_, str> {
     Cow::Owned(stored)
 }
 
+/// What the stored forms of the ids starting with `prefix` start with: the plain form
+/// (`None` when no id stored as it is can start with `prefix`: it holds a NUL or starts
+/// with a marker) and the escaped one (escaping maps each character on its own, so an
+/// escaped id starts with the escaped prefix). Ids stored hashed start with neither.
+pub(super) fn stored_prefixes(prefix: &str) -> (Option<&str>, String) {
+    let plain =
+        (!prefix.contains('\0') && !prefix.starts_with([ESCAPED_ID, HASHED_ID])).then_some(prefix);
+    let mut escaped = String::with_capacity(prefix.len() + 8);
+    escaped.push(ESCAPED_ID);
+    for c in prefix.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '\0' => escaped.push_str("\\0"),
+            c => escaped.push(c),
+        }
+    }
+    (plain, escaped)
+}
+
 /// The inverse of [`stored_id`] for ids stored as they are or escaped (a listed row's
 /// id); `None` for an id stored hashed, which cannot be inverted.
 pub(super) fn listed_id(stored: String) -> Option<String> {

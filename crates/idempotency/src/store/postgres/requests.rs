@@ -1,7 +1,7 @@
 //! The store's requests, one statement each (the engine retries them).
 
 use super::PostgresStore;
-use super::id::{listed_id, stored_id};
+use super::id::{listed_id, stored_id, stored_prefixes};
 use crate::error::Error;
 use crate::record::{Claim, Record, epoch_millis, epoch_secs};
 use crate::store::{ClaimOutcome, Forgotten, ListRequest, RecordPage};
@@ -114,13 +114,16 @@ impl PostgresStore {
     /// In id order; the cursor is the page's last stored id.
     pub(super) async fn send_list(&self, request: &ListRequest) -> Result<RecordPage, Error> {
         let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+        // Ids with a NUL are stored escaped: under the prefix's escaped form.
+        let (plain, escaped) = stored_prefixes(&request.prefix);
         let rows = self
             .query(
                 &self.inner.sql.list,
                 &[
-                    (&request.prefix, Type::TEXT),
+                    (&plain, Type::TEXT),
                     (&request.cursor, Type::TEXT),
                     (&limit, Type::INT8),
+                    (&escaped, Type::TEXT),
                 ],
             )
             .await?;

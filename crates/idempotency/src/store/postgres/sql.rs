@@ -69,8 +69,9 @@ pub(super) struct Statements {
     /// NULL), `$5` lease token (or NULL): deletes the row if it is still as read. One row:
     /// `(deleted, existed)`; the `EXISTS` sees the table as it was before the delete.
     pub(super) forget: String,
-    /// `$1` prefix, `$2` the last id of the page before (or NULL), `$3` limit. Rows:
-    /// [`COLUMNS`], in id order.
+    /// `$1` the prefix as stored plain (or NULL), `$2` the last id of the page before (or
+    /// NULL), `$3` limit, `$4` the prefix as stored escaped. Rows: [`COLUMNS`], in id
+    /// order.
     pub(super) list: String,
 }
 
@@ -104,7 +105,7 @@ impl Statements {
                 SELECT EXISTS (SELECT 1 FROM gone), EXISTS (SELECT 1 FROM {t} WHERE id = $1)"
             ),
             list: format!(
-                "SELECT {COLUMNS} FROM {t} WHERE starts_with(id, $1) \
+                "SELECT {COLUMNS} FROM {t} WHERE (starts_with(id, $1) OR starts_with(id, $4)) \
                  AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
             ),
         }

@@ -45,7 +45,8 @@ pub(crate) struct ListArgs {
     pub(crate) stuck_for: Option<Duration>,
     /// `--page-size N`: items one store request reads (default 100).
     pub(crate) page_size: usize,
-    /// `--max-items N`: items read in all before stopping (default 10 000).
+    /// `--max-items N`: stop after the page that reaches this many items read (default
+    /// 10 000).
     pub(crate) max_items: usize,
     /// `--data`: include each stored result.
     pub(crate) data: bool,
@@ -83,7 +84,7 @@ exit status:
 /// Parses the arguments after the program's name.
 pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut args = args.into_iter().peekable();
-    let (mut store, mut json, mut quiet) = (None, false, false);
+    let (mut store, mut json, mut quiet, mut help) = (None, false, false, false);
     let mut command = None;
     let mut rest = Vec::new();
     while let Some(arg) = args.next() {
@@ -91,14 +92,16 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, Stri
             "--store" => store = Some(value(&mut args, "--store")?),
             "--json" => json = true,
             "--quiet" | "-q" => quiet = true,
-            "--help" | "-h" | "help" if command.is_none() => command = Some("help".to_owned()),
+            // Help wins wherever it is asked for: `list --help` too.
+            "--help" | "-h" => help = true,
+            "help" if command.is_none() => help = true,
             _ if command.is_none() && !arg.starts_with('-') => command = Some(arg),
             _ => rest.push(arg),
         }
     }
     let command = match command.as_deref() {
+        _ if help => Command::Help,
         None => return Err("no command: get, forget or list".into()),
-        Some("help") => Command::Help,
         Some("get") => {
             let (mut id, mut data) = (None, false);
             for arg in rest {
@@ -252,6 +255,8 @@ mod tests {
         assert_eq!(list.stuck_for, Some(Duration::from_secs(600)));
         assert_eq!((list.prefix.as_str(), list.page_size), ("f.op#", 5));
         assert_eq!(args("--help").unwrap().command, Command::Help);
+        assert_eq!(args("list --help").unwrap().command, Command::Help);
+        assert_eq!(args("help").unwrap().command, Command::Help);
     }
 
     #[test]

@@ -201,3 +201,80 @@ async fn a_bad_url_is_a_usage_error_and_a_password_is_never_printed() {
     assert_eq!(code, 0);
     assert!(text.contains("exit status"));
 }
+
+/// A single table (a sort key): the command reads under the worker's partition value, from
+/// `AWS_LAMBDA_FUNCTION_NAME` as the worker does, and finds, reads and forgets there.
+#[tokio::test]
+async fn a_single_table_is_read_under_the_worker_s_partition_value() {
+    use lambda_idempotency::DynamoDbStore;
+    use lambda_idempotency::store::Claim;
+    use lambda_idempotency::store::IdempotencyStore;
+    use lambda_idempotency::store::dynamodb::AttributeNames;
+    use test_support::{Emulator, TestTable};
+
+    let table = TestTable::create_keyed(Emulator::Moto, "cli-single", "pk", Some("sk")).await;
+    let mut names = AttributeNames::default();
+    names.id = "pk".into();
+    let store = DynamoDbStore::new(table.client.clone(), &table.name)
+        .attribute_names(names)
+        .sort_key_attr("sk")
+        .partition_key_value("idempotency#orders-worker");
+    let now = std::time::SystemTime::now();
+    let id = "orders-worker.send#o-1";
+    store
+        .claim(
+            &Claim::new(
+                id,
+                now - Duration::from_secs(600),
+                now - Duration::from_secs(570),
+                "t",
+            )
+            .expires_at(now + Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let run = |args: &'static [&'static str]| {
+        let table = &table;
+        async move {
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+                .args([
+                    "--store",
+                    &format!("dynamodb://{}", table.name),
+                    "--json",
+                    "-q",
+                ])
+                .args(args)
+                .env("AWS_ENDPOINT_URL_DYNAMODB", table.endpoint_url())
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", "test")
+                .env("AWS_SECRET_ACCESS_KEY", "test")
+                .env("IDEMPOTENCY_TABLE_PARTITION_KEY", "pk")
+                .env("IDEMPOTENCY_TABLE_SORT_KEY", "sk")
+                .env("AWS_LAMBDA_FUNCTION_NAME", "orders-worker")
+                .env_remove("IDEMPOTENCY_TABLE_PARTITION_VALUE")
+                .output()
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let value: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+                panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr))
+            });
+            (out.status.code().unwrap(), value)
+        }
+    };
+    let (code, listed) = run(&[
+        "list",
+        "--stuck-for",
+        "5m",
+        "--prefix",
+        "orders-worker.send#",
+    ])
+    .await;
+    assert_eq!(code, 0, "{listed}");
+    assert_eq!(listed["records"][0]["id"], id, "{listed}");
+    let (code, read) = run(&["get", "orders-worker.send#o-1"]).await;
+    assert_eq!((code, &read["status"]), (0, &json!("INPROGRESS")), "{read}");
+    let (code, forgot) = run(&["forget", "orders-worker.send#o-1"]).await;
+    assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
+    assert_eq!(store.get(id).await.unwrap(), None, "forgotten in the table");
+}

@@ -136,6 +136,16 @@ pub enum Error {
         /// The serde error (what did not match, never the stored data).
         source: serde_json::Error,
     },
+    /// The answer the operation's replay hook
+    /// ([`Operation::on_replay`](crate::Operation::on_replay)) gave does not deserialize
+    /// into the function's return type: a bug in the hook. The stored result is intact and
+    /// the function is not run again; fixing the hook heals it.
+    ReplayAnswerIncompatible {
+        /// The stored idempotency id.
+        key: String,
+        /// The serde error.
+        source: serde_json::Error,
+    },
     /// The answer [`Operation::when_in_progress`](crate::Operation::when_in_progress) gave
     /// for a key in progress does not deserialize into the function's return type: a bug
     /// in that answer. Retryable as the in-progress error it stands for: a later call
@@ -246,6 +256,7 @@ impl Error {
             Error::TwinFailed { kind, .. } => kind.is_permanent(),
             Error::AlreadyInProgress { .. }
             | Error::InProgressAnswerIncompatible { .. }
+            | Error::ReplayAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
             | Error::WritesRefused { .. }
@@ -350,6 +361,10 @@ impl fmt::Display for Error {
                 f,
                 "the stored result for idempotency key {key:?} does not deserialize into the function's return type, which changed since it was stored; the function is not run again. Keep old records readable (`#[serde(default)]` on new fields) or version the operation's name"
             ),
+            Error::ReplayAnswerIncompatible { key, .. } => write!(
+                f,
+                "the operation's replay hook answered idempotency key {key:?} with a value that does not deserialize into the function's return type; the stored result is intact and the function is not run again: fix the hook"
+            ),
             Error::InProgressAnswerIncompatible { key, .. } => write!(
                 f,
                 "idempotency key {key:?} is in progress and the operation's in-progress answer does not deserialize into the function's return type"
@@ -397,7 +412,8 @@ impl StdError for Error {
         match self {
             Error::Serialization { source, .. }
             | Error::StoredResultIncompatible { source, .. }
-            | Error::InProgressAnswerIncompatible { source, .. } => Some(source),
+            | Error::InProgressAnswerIncompatible { source, .. }
+            | Error::ReplayAnswerIncompatible { source, .. } => Some(source),
             Error::InvalidKey {
                 source: Some(source),
                 ..

@@ -149,6 +149,8 @@ pub(crate) fn error_label(e: &crate::Error) -> &'static str {
         crate::Error::AlreadyInProgress { .. }
         | crate::Error::InProgressAnswerIncompatible { .. } => "in_progress",
         crate::Error::ClaimAbandoned { .. } => "claim_abandoned",
+        // A hook's answer that does not fit: refused, as a permanent failure is.
+        crate::Error::ReplayAnswerIncompatible { .. } => "rejected",
         e if e.is_permanent() => "rejected",
         crate::Error::LeaseLost { .. } => "lease_lost",
         crate::Error::TwinFailed { .. } => "failed",

@@ -43,7 +43,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     };
     let stored: Value = crate::engine::decode(&replay.id, data)?;
     let answer = (hook.0)(stored, &replay);
-    serde_json::from_value(answer).map_err(|source| crate::Error::StoredResultIncompatible {
+    serde_json::from_value(answer).map_err(|source| crate::Error::ReplayAnswerIncompatible {
         key: replay.id.clone(),
         source,
     })

@@ -927,6 +927,26 @@ async fn the_replay_hook_changes_every_replay_and_no_execution() {
             ("fn.generate#r".to_string(), true)
         ]
     );
+
+    // A hook whose answer is not the function's type: its own error, the stored result
+    // kept, the function not run again.
+    let wrong = crate::op().on_replay(|_, _| json!({"not": "a string"}));
+    let answer = Idempotency::builder(store.clone())
+        .function_name("fn")
+        .build()
+        .execute(&wrong, &payload("r"), || async {
+            Ok::<String, String>("again".into())
+        })
+        .await;
+    let Err(ExecuteError::Idempotency(e @ Error::ReplayAnswerIncompatible { .. })) = &answer else {
+        panic!("the hook's answer is refused, got {answer:?}");
+    };
+    assert!(
+        !e.is_permanent() && !e.is_retryable(),
+        "fixing the hook heals it"
+    );
+    assert!(e.to_string().contains("replay hook"), "{e}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "not run again");
 }
 
 /// What a call for `payload("busy")` under `op` returns while another call holds its key

@@ -189,6 +189,40 @@ async fn the_context_s_tenant_keys_the_call() {
     }
 }
 
+/// At most once through `#[idempotent]`: on a handle built `at_most_once(true)`, a call
+/// whose earlier run crashed is refused with `ClaimAbandoned` and does not run again.
+#[tokio::test]
+async fn an_at_most_once_handle_refuses_a_call_whose_run_crashed() {
+    static IDEM: std::sync::LazyLock<Idempotency> = std::sync::LazyLock::new(|| {
+        Idempotency::builder(MemoryStore::new())
+            .function_name("fn")
+            .at_most_once(true)
+            .lease(std::time::Duration::from_secs(1))
+            .build()
+    });
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    #[idempotent(handle = IDEM, key = "request_id", operation = "charge")]
+    async fn charge(request: Request) -> Result<u32, Error> {
+        let _ = request;
+        if CALLS.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::future::pending::<()>().await;
+        }
+        Ok(1)
+    }
+    let crashed = tokio::time::timeout(
+        std::time::Duration::from_millis(20),
+        charge(request("c", "p")),
+    );
+    assert!(crashed.await.is_err(), "the first run never ends");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let refused = charge(request("c", "p")).await;
+    assert!(
+        matches!(refused, Err(Error::ClaimAbandoned { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(CALLS.load(Ordering::SeqCst), 1, "not run again");
+}
+
 struct Chat;
 
 impl Chat {

@@ -987,6 +987,38 @@ async fn an_at_most_once_record_whose_run_crashed_is_rejected_and_the_shard_goes
     assert_eq!(reported(report.into_response().unwrap()), ["1"]);
 }
 
+/// At most once on a DynamoDB stream, as on Kinesis: the crashed run's record is a
+/// permanent failure and does not run; the change after it runs now.
+#[tokio::test]
+async fn an_at_most_once_change_whose_run_crashed_is_rejected_and_the_shard_goes_on() {
+    let worker = Worker {
+        op: Operation::new("job", KeyStrategy::field("id"))
+            .validate(["n"])
+            .at_most_once()
+            .lease(Duration::from_secs(1)),
+        ..Worker::new()
+    };
+    let crashed = json!({"id": "sent", "n": 1, "hang": true});
+    let _ = tokio::time::timeout(Duration::from_millis(20), worker.handle(crashed)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let item = |id: &str| json!({"id": {"S": id}, "n": {"N": "1"}});
+    let report = DynamoDbStreamBatch::new()
+        .report_json(
+            dynamodb(vec![
+                change("100", "MODIFY", item("sent"), item("sent")),
+                change("200", "INSERT", item("next"), Value::Null),
+            ]),
+            |image: Value, _| worker.handle(image),
+        )
+        .await;
+    assert_eq!(
+        kinds(&report),
+        [Err(FailureKind::Rejected), Ok(Outcome::Executed)]
+    );
+    assert_eq!(worker.calls(), 2, "the crashed run and the next change");
+    assert_eq!(reported(report.into_response().unwrap()), ["100"]);
+}
+
 /// Lambda's tenant isolation mode, for Kinesis and DynamoDB Streams: the same record under
 /// two tenants runs once for each, and again under one of them replays.
 #[tokio::test]

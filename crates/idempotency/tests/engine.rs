@@ -1042,3 +1042,30 @@ async fn an_in_progress_answer_that_is_not_the_functions_type_is_a_clear_error()
     assert!(err.is_retryable() && !err.is_permanent());
     assert!(lambda_idempotency::report(&err).contains("expected u32"));
 }
+
+/// An operator's read by operation and payload finds the record under the id
+/// `idempotency_id` gives, and nothing for a payload never seen.
+#[tokio::test]
+async fn a_record_is_read_by_its_operation_and_payload() {
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let (value, _) = idem
+        .execute(&op(), &payload("k"), || async {
+            Ok::<_, String>("done".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, "done");
+    let record = idem
+        .record(&op(), &payload("k"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        record.id,
+        idem.idempotency_id(&op(), &payload("k")).unwrap()
+    );
+    assert_eq!(record.data.as_deref(), Some("\"done\""));
+    assert_eq!(idem.record(&op(), &payload("other")).await.unwrap(), None);
+}

@@ -210,10 +210,23 @@ pub async fn forget_and_list_under_faults<S: IdempotencyStore + Clone + 'static>
         );
         assert_eq!(key.get().await, None, "{fault:?}: forgotten");
     }
+    // A refused listing is retried, and the pages through the handle find the record.
+    key.claimed(now, LEASE, "t", "a free key is claimed").await;
     faulty.inject(StoreOp::List, Fault::Unavailable, 1);
-    let page = idempotency
-        .list(&ListRequest::new(key.id.clone(), 10))
-        .await
-        .expect("a refused listing is retried");
-    assert!(page.records.is_empty());
+    let mut request = ListRequest::new(key.id.clone(), 100);
+    let mut found = Vec::new();
+    for _ in 0..100_000 {
+        let page = idempotency
+            .list(&request)
+            .await
+            .expect("a refused listing is retried");
+        found.extend(page.records.into_iter().map(|r| r.id));
+        match page.next {
+            Some(next) => request = request.after(Some(next)),
+            None => break,
+        }
+    }
+    assert_eq!(found, [key.id.clone()], "the handle lists the record");
+    let by_id = idempotency.record_by_id(&key.id).await.expect("read");
+    assert_eq!(by_id.and_then(|r| r.lease_token).as_deref(), Some("t"));
 }

@@ -226,7 +226,11 @@ pub async fn forget_and_list_under_faults<S: IdempotencyStore + Clone + 'static>
             None => break,
         }
     }
-    assert_eq!(found, [key.id.clone()], "the handle lists the record");
+    assert_eq!(
+        found,
+        std::slice::from_ref(&key.id),
+        "the handle lists the record"
+    );
     let by_id = idempotency.record_by_id(&key.id).await.expect("read");
     assert_eq!(by_id.and_then(|r| r.lease_token).as_deref(), Some("t"));
 }

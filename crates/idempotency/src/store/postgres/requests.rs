@@ -128,6 +128,7 @@ impl PostgresStore {
             )
             .await?;
         let mut page = RecordPage::new(Vec::with_capacity(rows.len()), None);
+        let mut last = None;
         for row in &rows {
             let stored: String = row.try_get(0).map_err(|e| self.pg_error(e))?;
             match listed_id(stored.clone()).map(|id| self.parse(row, 0, &id)) {
@@ -140,10 +141,10 @@ impl PostgresStore {
                     "stored hashed (an id over 2048 bytes): read it by its payload".into(),
                 )),
             }
-            if rows.len() >= request.limit {
-                page.next = Some(stored);
-            }
+            last = Some(stored);
         }
+        // A full page may have more after it: go on from its last stored id.
+        page.next = last.filter(|_| rows.len() >= request.limit);
         Ok(page)
     }
 }

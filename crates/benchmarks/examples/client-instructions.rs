@@ -8,6 +8,11 @@
 //! - `postgres` / `postgres-raw`: a first delivery (claim, completion), through the library
 //!   or as the store's two statements on the store's own connection.
 //!
+//! The raw loops do what a bare handler must do besides the store requests, as the library
+//! does: take the key out of the message's JSON payload, serialize the result it stores,
+//! and decode the stored result it answers a duplicate with. Nothing else: no lease token,
+//! no deadline, no metrics, no validation of the record it reads.
+//!
 //! ```sh
 //! cargo build --release -p benchmarks --example client-instructions
 //! for n in 2000 4000; do
@@ -75,11 +80,17 @@ async fn run(mode: &str, n: u64) {
                 "../../idempotency/src/store/redis/scripts/complete.lua"
             ));
             for i in 0..n {
-                let key = if mode == "redis-raw" {
-                    format!("instructions-raw:{run}-{i}")
+                // What a bare handler does too: take the key from the message's payload.
+                let id = if mode == "redis-raw" {
+                    format!("{run}-{i}")
                 } else {
-                    format!("instructions-raw:{run}")
+                    format!("hot-{run}")
                 };
+                let payload = json!({ "id": id });
+                let key = format!(
+                    "instructions-raw:{}",
+                    payload["id"].as_str().expect("an id")
+                );
                 let now = now_ms() as u64;
                 let reply: redis::Value = claim
                     .key(&key)
@@ -94,14 +105,19 @@ async fn run(mode: &str, n: u64) {
                     .invoke_async(&mut connection)
                     .await
                     .unwrap();
+                // ... and answer a duplicate with the stored result, decoded.
+                if let Some(stored) = stored_data(&reply) {
+                    std::hint::black_box(serde_json::from_str::<u8>(stored).unwrap());
+                }
                 if i == 0 || mode == "redis-raw" {
+                    let data = serde_json::to_string(&1u8).unwrap();
                     let _: redis::Value = complete
                         .key(&key)
                         .arg("bench-token")
                         .arg(now / 1000 + 3600)
                         .arg(now + 3_600_000)
                         .arg("1")
-                        .arg("1")
+                        .arg(data)
                         .invoke_async(&mut connection)
                         .await
                         .unwrap();
@@ -111,6 +127,13 @@ async fn run(mode: &str, n: u64) {
         }
         "postgres" | "postgres-raw" => {
             let store = PostgresStore::from_url(&postgres_url(), "bench_scale.records").unwrap();
+            // A fresh server has no schema of ours yet.
+            let setup = store.connection().await.unwrap();
+            setup
+                .batch_execute("CREATE SCHEMA IF NOT EXISTS bench_scale")
+                .await
+                .unwrap();
+            drop(setup);
             store.create_table().await.unwrap();
             if mode == "postgres" {
                 let idempotency = Idempotency::builder(Arc::new(store))
@@ -132,7 +155,8 @@ async fn run(mode: &str, n: u64) {
             let no_validation: Option<String> = None;
             for i in 0..n {
                 let now = now_ms();
-                let id = format!("bench.scale#raw-{run}-{i}");
+                let payload = json!({ "id": format!("raw-{run}-{i}") });
+                let id = format!("bench.scale#{}", payload["id"].as_str().expect("an id"));
                 let expiration = now / 1000 + 3600;
                 client
                     .query(
@@ -149,12 +173,30 @@ async fn run(mode: &str, n: u64) {
                     )
                     .await
                     .unwrap();
+                let data = serde_json::to_string(&1u8).unwrap();
                 client
-                    .query(&complete, &[&id, &"bench-token", &"1", &expiration])
+                    .query(&complete, &[&id, &"bench-token", &data, &expiration])
                     .await
                     .unwrap();
             }
         }
         _ => panic!("modes: redis-replay(-raw), redis(-raw), postgres(-raw)"),
     }
+}
+
+/// The stored result in the claim script's refusal (`{0, {field, value, ...}}`), as a bare
+/// handler reads it to answer a duplicate.
+fn stored_data(reply: &redis::Value) -> Option<&str> {
+    let redis::Value::Array(parts) = reply else {
+        return None;
+    };
+    let [redis::Value::Int(0), redis::Value::Array(old)] = parts.as_slice() else {
+        return None;
+    };
+    old.chunks(2).find_map(|pair| match pair {
+        [redis::Value::BulkString(k), redis::Value::BulkString(v)] if k == b"data" => {
+            std::str::from_utf8(v).ok()
+        }
+        _ => None,
+    })
 }

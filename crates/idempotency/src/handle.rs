@@ -160,6 +160,7 @@ impl IdempotencyBuilder {
             .then(|| CompletedCache::new(self.config.local_cache_capacity));
         Ok(Idempotency {
             engine: Arc::new(Engine {
+                store_keys: crate::metrics::StoreKeys::new(self.store.name()),
                 store: self.store,
                 config: self.config,
                 clock: self.clock,
@@ -341,24 +342,28 @@ impl Idempotency {
             complete_ms = empty,
             release_ms = empty,
         );
+        let keys = op.outcome_keys(&self.engine.config.function_name);
         let mut unfinished = crate::metrics::Unfinished {
-            function: &self.engine.config.function_name,
-            operation: &op.name,
+            keys: &keys,
             counted,
         };
-        let result = self
-            .execute_uncounted(op, payload, deadline, &span, f)
-            .instrument(span.clone())
-            .await;
+        // No subscriber wants the span: entering it on every poll would cost more than
+        // the call's own work on a replay.
+        let result = if span.is_disabled() {
+            self.execute_uncounted(op, payload, deadline, &span, f)
+                .await
+        } else {
+            self.execute_uncounted(op, payload, deadline, &span, f)
+                .instrument(span.clone())
+                .await
+        };
         unfinished.counted = false;
         let outcome = crate::metrics::outcome_label(&result);
-        span.record("outcome", outcome);
+        if !span.is_disabled() {
+            span.record("outcome", outcome);
+        }
         if counted {
-            crate::record_scope::count_outcome(
-                &self.engine.config.function_name,
-                &op.name,
-                outcome,
-            );
+            crate::record_scope::count_outcome(&keys, outcome);
         }
         result
     }
@@ -396,7 +401,9 @@ impl Idempotency {
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
         let invocation = invocation_of(deadline);
-        span.record("key", id.as_str());
+        if !span.is_disabled() {
+            span.record("key", id.as_str());
+        }
         async move {
             let validation = op
                 .validation

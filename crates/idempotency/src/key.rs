@@ -182,7 +182,12 @@ impl KeyStrategy {
     pub fn derive(&self, payload: &Value) -> Result<String, Error> {
         match &self.0 {
             Source::Pointer(pointer) => read_key(payload, pointer, pointer),
-            Source::Field { name, pointer } => read_key(payload, pointer, name),
+            // A top-level field of an object, looked up by name: `Value::pointer` would
+            // split and unescape the pointer on every message.
+            Source::Field { name, pointer } => match payload {
+                Value::Object(map) => key_from(map.get(name.as_str()), name),
+                _ => read_key(payload, pointer, name),
+            },
             Source::Hash {
                 fields,
                 allow_missing,
@@ -273,12 +278,13 @@ fn subset(payload: &Value, fields: &[String]) -> (Map<String, Value>, Vec<String
     let mut out = Map::new();
     let mut missing = Vec::new();
     for field in fields {
-        let pointer = if field.starts_with('/') {
-            field.clone()
-        } else {
-            field_pointer(field)
+        // A top-level name in an object is looked up as it is, with no pointer built.
+        let value = match payload {
+            Value::Object(map) if !field.starts_with('/') => map.get(field.as_str()),
+            _ if field.starts_with('/') => payload.pointer(field),
+            _ => payload.pointer(&field_pointer(field)),
         };
-        match payload.pointer(&pointer) {
+        match value {
             Some(v) => {
                 out.insert(field.clone(), v.clone());
             }
@@ -337,7 +343,12 @@ pub(crate) fn check_fields(what: &'static str, fields: &[String]) -> Result<(), 
 
 /// The key at `pointer`; a missing or empty one is [`Error::KeyMissing`] naming `named`.
 fn read_key(payload: &Value, pointer: &str, named: &str) -> Result<String, Error> {
-    match payload.pointer(pointer) {
+    key_from(payload.pointer(pointer), named)
+}
+
+/// The key in `value`; a missing or empty one is [`Error::KeyMissing`] naming `named`.
+fn key_from(value: Option<&Value>, named: &str) -> Result<String, Error> {
+    match value {
         // An empty value would be one key shared by every message that has it.
         None => Err(Error::KeyMissing {
             field: named.to_owned(),

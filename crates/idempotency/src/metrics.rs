@@ -62,18 +62,83 @@ pub fn describe() {
     }
 }
 
-/// Counts one call's outcome.
-pub(crate) fn outcome(function: &str, operation: &str, outcome: &'static str) {
+/// The metadata every metric of the library is registered with (what `counter!` gives).
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// Every `outcome` label, the most frequent first.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const OUTCOME_LABELS: [&str; 16] = [
+    "replayed",
+    "executed",
+    "in_progress",
+    "replayed_from_cache",
+    "took_over",
+    "joined",
+    "executed_unstored",
+    "in_progress_answered",
+    "disabled",
+    "claim_abandoned",
+    "rejected",
+    "failed",
+    "lease_lost",
+    "store_error",
+    "panicked",
+    "cancelled",
+];
+
+/// One function's and operation's [`OUTCOMES`] counters, their keys built once (cached by
+/// the [`Operation`](crate::Operation)): a call counts its outcome without building,
+/// hashing and dropping a label set.
+#[derive(Debug)]
+pub(crate) struct OutcomeKeys {
+    pub(crate) function: String,
+    pub(crate) operation: String,
+    /// One key per [`OUTCOME_LABELS`] entry, in its order.
     #[cfg(feature = "metrics")]
-    counter!(
-        OUTCOMES,
-        "function" => function.to_owned(),
-        "operation" => operation.to_owned(),
-        "outcome" => outcome
-    )
-    .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (function, operation, outcome);
+    keys: Vec<metrics::Key>,
+}
+
+impl OutcomeKeys {
+    pub(crate) fn new(function: &str, operation: &str) -> Self {
+        Self {
+            function: function.to_owned(),
+            operation: operation.to_owned(),
+            #[cfg(feature = "metrics")]
+            keys: OUTCOME_LABELS
+                .iter()
+                .map(|outcome| {
+                    metrics::Key::from_parts(
+                        OUTCOMES,
+                        vec![
+                            metrics::Label::new("function", function.to_owned()),
+                            metrics::Label::new("operation", operation.to_owned()),
+                            metrics::Label::from_static_parts("outcome", outcome),
+                        ],
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Counts one call's outcome.
+    pub(crate) fn count(&self, outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        match OUTCOME_LABELS.iter().position(|label| *label == outcome) {
+            Some(i) => metrics::with_recorder(|r| r.register_counter(&self.keys[i], &METADATA))
+                .increment(1),
+            None => counter!(
+                OUTCOMES,
+                "function" => self.function.clone(),
+                "operation" => self.operation.clone(),
+                "outcome" => outcome
+            )
+            .increment(1),
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = outcome;
+    }
 }
 
 /// Counts one failed batch record.
@@ -92,28 +157,85 @@ pub(crate) fn batch_failure(kind: &'static str) {
     let _ = kind;
 }
 
-/// Counts one store request attempt and its latency.
-pub(crate) fn store_request(
-    store: &'static str,
-    operation: &'static str,
-    result: &'static str,
-    took: Duration,
-) {
+/// The store requests a handle counts (its `operation` label).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const STORE_OPERATIONS: [&str; 6] = ["claim", "complete", "release", "get", "forget", "list"];
+/// A store request's `result` label.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const STORE_RESULTS: [&str; 3] = ["ok", "error", "timeout"];
+
+/// A store's [`STORE_REQUESTS`] and [`STORE_REQUEST_SECONDS`] keys, built once per handle.
+#[derive(Debug)]
+pub(crate) struct StoreKeys {
     #[cfg(feature = "metrics")]
-    {
-        counter!(STORE_REQUESTS, "store" => store, "operation" => operation, "result" => result)
-            .increment(1);
-        histogram!(STORE_REQUEST_SECONDS, "store" => store, "operation" => operation)
-            .record(took.as_secs_f64());
+    store: &'static str,
+    /// Per operation, its three results' counters, then its histogram.
+    #[cfg(feature = "metrics")]
+    keys: Vec<[metrics::Key; 4]>,
+}
+
+impl StoreKeys {
+    pub(crate) fn new(store: &'static str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = store;
+        Self {
+            #[cfg(feature = "metrics")]
+            store,
+            #[cfg(feature = "metrics")]
+            keys: STORE_OPERATIONS
+                .iter()
+                .map(|operation| {
+                    let labels = |result: Option<&'static str>| {
+                        let mut labels = vec![
+                            metrics::Label::from_static_parts("store", store),
+                            metrics::Label::from_static_parts("operation", operation),
+                        ];
+                        labels
+                            .extend(result.map(|r| metrics::Label::from_static_parts("result", r)));
+                        labels
+                    };
+                    let [ok, error, timeout] = STORE_RESULTS;
+                    [
+                        metrics::Key::from_parts(STORE_REQUESTS, labels(Some(ok))),
+                        metrics::Key::from_parts(STORE_REQUESTS, labels(Some(error))),
+                        metrics::Key::from_parts(STORE_REQUESTS, labels(Some(timeout))),
+                        metrics::Key::from_parts(STORE_REQUEST_SECONDS, labels(None)),
+                    ]
+                })
+                .collect(),
+        }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (store, operation, result, took);
+
+    /// Counts one store request attempt and its latency.
+    pub(crate) fn request(&self, operation: &'static str, result: &'static str, took: Duration) {
+        #[cfg(feature = "metrics")]
+        {
+            let op = STORE_OPERATIONS.iter().position(|o| *o == operation);
+            let res = STORE_RESULTS.iter().position(|r| *r == result);
+            match (op, res) {
+                (Some(op), Some(res)) => metrics::with_recorder(|r| {
+                    let keys = &self.keys[op];
+                    r.register_counter(&keys[res], &METADATA).increment(1);
+                    r.register_histogram(&keys[3], &METADATA)
+                        .record(took.as_secs_f64());
+                }),
+                _ => {
+                    let store = self.store;
+                    counter!(STORE_REQUESTS, "store" => store, "operation" => operation, "result" => result)
+                        .increment(1);
+                    histogram!(STORE_REQUEST_SECONDS, "store" => store, "operation" => operation)
+                        .record(took.as_secs_f64());
+                }
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (operation, result, took);
+    }
 }
 
 /// Counts a call that never returned: dropped (`cancelled`) or unwound by a panic.
 pub(crate) struct Unfinished<'a> {
-    pub(crate) function: &'a str,
-    pub(crate) operation: &'a str,
+    pub(crate) keys: &'a OutcomeKeys,
     /// Whether it is still to be counted.
     pub(crate) counted: bool,
 }
@@ -126,7 +248,7 @@ impl Drop for Unfinished<'_> {
             } else {
                 "cancelled"
             };
-            self::outcome(self.function, self.operation, outcome);
+            self.keys.count(outcome);
         }
     }
 }
@@ -155,5 +277,42 @@ pub(crate) fn error_label(e: &crate::Error) -> &'static str {
         crate::Error::LeaseLost { .. } => "lease_lost",
         crate::Error::TwinFailed { .. } => "failed",
         _ => "store_error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Outcome;
+
+    /// Every outcome a call can have takes the keys built once, none the slow path.
+    #[test]
+    fn every_outcome_label_has_a_key_built_once() {
+        let outcomes = [
+            Outcome::Executed,
+            Outcome::TookOver,
+            Outcome::ExecutedUnstored,
+            Outcome::Replayed,
+            Outcome::ReplayedFromCache,
+            Outcome::Joined,
+            Outcome::InProgressAnswered,
+            Outcome::Disabled,
+        ];
+        let errors = [
+            "in_progress",
+            "claim_abandoned",
+            "rejected",
+            "failed",
+            "lease_lost",
+            "store_error",
+            "panicked",
+            "cancelled",
+        ];
+        let labels: Vec<&str> = outcomes.iter().map(|o| o.as_str()).chain(errors).collect();
+        let mut sorted = labels.clone();
+        sorted.sort_unstable();
+        let mut known = OUTCOME_LABELS.to_vec();
+        known.sort_unstable();
+        assert_eq!(sorted, known);
     }
 }

@@ -3,7 +3,9 @@
 
 use crate::error::Error;
 use crate::key::KeyStrategy;
+use crate::metrics::OutcomeKeys;
 use serde_json::Value;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// What separates the parts of a stored id: `{function_name}.{operation}#{key}`. The
@@ -51,6 +53,8 @@ pub struct Operation {
     /// What a direct call returns for a key in progress (see
     /// [`when_in_progress`](Self::when_in_progress)).
     pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
+    /// Its outcome counters, built by its first call (shared by its clones).
+    pub(crate) outcome_keys: Arc<OnceLock<Arc<OutcomeKeys>>>,
 }
 
 impl Operation {
@@ -82,6 +86,21 @@ impl Operation {
             lease: None,
             on_replay: None,
             when_in_progress: None,
+            outcome_keys: Arc::default(),
+        }
+    }
+
+    /// Its outcome counters under `function` (the handle's function name): built once,
+    /// then shared; an operation used by handles of two functions builds the second's
+    /// on each call.
+    pub(crate) fn outcome_keys(&self, function: &str) -> Arc<OutcomeKeys> {
+        let keys = self
+            .outcome_keys
+            .get_or_init(|| Arc::new(OutcomeKeys::new(function, &self.name)));
+        if keys.function == function && keys.operation == self.name {
+            Arc::clone(keys)
+        } else {
+            Arc::new(OutcomeKeys::new(function, &self.name))
         }
     }
 

@@ -6,6 +6,7 @@
 //! what it finally was, never also as `in_progress`).
 
 use crate::batch::FailureKind;
+use crate::metrics::OutcomeKeys;
 use crate::twins::{Running, Settled};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ pub(crate) struct RecordScope {
     failed_calls: Mutex<Vec<(Running, Arc<str>)>>,
     /// Outcomes counted by the record's calls: function, operation, outcome.
     #[cfg(feature = "metrics")]
-    outcomes: Mutex<Vec<(String, String, &'static str)>>,
+    outcomes: Mutex<Vec<(Arc<OutcomeKeys>, &'static str)>>,
 }
 
 /// Runs `fut`, one record's handler, within `scope`.
@@ -42,14 +43,14 @@ pub(crate) fn current_id() -> Option<usize> {
 }
 
 /// Counts an outcome: at once outside a batch record, at the record's end inside one.
-pub(crate) fn count_outcome(function: &str, operation: &str, outcome: &'static str) {
+pub(crate) fn count_outcome(keys: &Arc<OutcomeKeys>, outcome: &'static str) {
     #[cfg(feature = "metrics")]
     if let Ok(()) = RECORD.try_with(|scope| {
-        lock(&scope.outcomes).push((function.to_owned(), operation.to_owned(), outcome));
+        lock(&scope.outcomes).push((Arc::clone(keys), outcome));
     }) {
         return;
     }
-    crate::metrics::outcome(function, operation, outcome);
+    keys.count(outcome);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -80,8 +81,8 @@ impl RecordScope {
     /// deadline cut it.
     pub(crate) fn flush_outcomes(&self) {
         #[cfg(feature = "metrics")]
-        for (function, operation, outcome) in lock(&self.outcomes).drain(..) {
-            crate::metrics::outcome(&function, &operation, outcome);
+        for (keys, outcome) in lock(&self.outcomes).drain(..) {
+            keys.count(outcome);
         }
     }
 
@@ -92,7 +93,7 @@ impl RecordScope {
         {
             let carried: Vec<_> = lock(&self.outcomes)
                 .drain(..)
-                .filter(|(_, _, outcome)| *outcome != "in_progress")
+                .filter(|(_, outcome)| *outcome != "in_progress")
                 .collect();
             lock(&next.outcomes).splice(0..0, carried);
         }

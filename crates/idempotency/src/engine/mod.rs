@@ -31,6 +31,8 @@ pub(crate) struct Engine {
     /// Where every time the engine works with comes from.
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cache: Option<CompletedCache>,
+    /// The store's request metrics, their keys built once.
+    pub(crate) store_keys: crate::metrics::StoreKeys,
 }
 
 impl fmt::Debug for Engine {

@@ -31,8 +31,6 @@ impl Engine {
         operation: &'static str,
         op: impl FnMut() -> BoxFuture<'a, Result<R, Error>>,
     ) -> Result<R, Error> {
-        let started = std::time::Instant::now();
-        let result = self.attempts(cutoff, max_attempts, operation, op).await;
         let field = match operation {
             "claim" => Some("claim_ms"),
             "complete" => Some("complete_ms"),
@@ -41,11 +39,13 @@ impl Engine {
             _ => None,
         };
         // On the call's own span only: when it is filtered out, the current span is the
-        // caller's, whose fields are not ours to write.
-        let span = tracing::Span::current();
-        if let Some(field) = field
-            && span.metadata().is_some_and(|m| m.name() == "idempotency")
-        {
+        // caller's, whose fields are not ours to write. Timed only when it is there.
+        let timed = field
+            .map(|field| (field, tracing::Span::current()))
+            .filter(|(_, span)| span.metadata().is_some_and(|m| m.name() == "idempotency"))
+            .map(|timed| (timed, std::time::Instant::now()));
+        let result = self.attempts(cutoff, max_attempts, operation, op).await;
+        if let Some(((field, span), started)) = timed {
             span.record(field, started.elapsed().as_secs_f64() * 1000.0);
         }
         result
@@ -68,7 +68,8 @@ impl Engine {
                 .min(left)
                 .max(MIN_ATTEMPT_TIMEOUT);
             let attempt_started = std::time::Instant::now();
-            let (result, label) = match tokio::time::timeout(timeout, op()).await {
+            let request = crate::store::attempt_bound::within(timeout, op());
+            let (result, label) = match tokio::time::timeout(timeout, request).await {
                 Ok(Ok(answer)) => (Ok(answer), "ok"),
                 // A refusal the protocol expects (a lost lease) is an answer, not an error.
                 Ok(Err(e @ Error::LeaseLost { .. })) => (Err(e), "ok"),
@@ -82,12 +83,8 @@ impl Engine {
                     "timeout",
                 ),
             };
-            crate::metrics::store_request(
-                self.store.name(),
-                operation,
-                label,
-                attempt_started.elapsed(),
-            );
+            self.store_keys
+                .request(operation, label, attempt_started.elapsed());
             match result {
                 Err(err) if err.is_retryable_store_error() && attempt < max_attempts => {
                     let sleep = jitter(backoff);

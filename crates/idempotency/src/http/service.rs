@@ -133,7 +133,7 @@ impl Drop for CountOnce<'_> {
         if let Some(outcome) = self.outcome {
             let s = self.settings;
             let function = &s.idempotency.engine.config.function_name;
-            crate::metrics::outcome(function, s.operation.name(), outcome);
+            s.operation.outcome_keys(function).count(outcome);
         }
     }
 }

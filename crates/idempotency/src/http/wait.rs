@@ -60,14 +60,18 @@ pub(crate) async fn poll(
         tokio::time::sleep(pause.min(left).min(until_lease)).await;
         pause = (pause * 2).min(MAX_PAUSE);
         let started = std::time::Instant::now();
-        let read =
-            tokio::time::timeout(engine.config.store_attempt_timeout, engine.store.get(id)).await;
+        let bound = engine.config.store_attempt_timeout;
+        let read = tokio::time::timeout(
+            bound,
+            crate::store::attempt_bound::within(bound, engine.store.get(id)),
+        )
+        .await;
         let label = match &read {
             Ok(Ok(_)) => "ok",
             Ok(Err(_)) => "error",
             Err(_) => "timeout",
         };
-        crate::metrics::store_request(engine.store.name(), "get", label, started.elapsed());
+        engine.store_keys.request("get", label, started.elapsed());
         let record = match read {
             Ok(Ok(record)) => record,
             Ok(Err(e)) => return Polled::Failed(e),

@@ -22,6 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::SystemTime;
 
+pub(crate) mod attempt_bound;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;

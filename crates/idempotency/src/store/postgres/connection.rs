@@ -6,6 +6,7 @@
 use super::PostgresStore;
 use super::error::breaks_connection;
 use crate::error::Error;
+use crate::store::attempt_bound;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::config::SslMode;
@@ -42,6 +43,11 @@ impl PostgresStore {
             }
             rows
         };
+        // Within an engine attempt as short as our bound, the engine's timer is the one
+        // (its cut-off drops the unfinished call, which drops the connection).
+        if attempt_bound::engine_bounds_within(self.request_timeout) {
+            return call.done(request.await.map_err(|e| self.pg_error(e)));
+        }
         match tokio::time::timeout(self.request_timeout, request).await {
             Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
             // Dropping the unfinished call drops the connection.
@@ -57,12 +63,20 @@ impl PostgresStore {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        // One of the store's own statements (they live as long as the store) is known by
+        // its address: no comparison of its text, which is long, on every request.
+        let origin = self.inner.sql.owns(sql).then_some(sql.as_ptr() as usize);
         let cached = {
             let cache = self.statements();
             (std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)))
-                .then(|| cache.1.iter().find(|(text, _)| text == sql))
+                .then(|| {
+                    cache.1.iter().find(|(text, from, _)| match origin {
+                        Some(origin) => *from == Some(origin),
+                        None => text == sql,
+                    })
+                })
                 .flatten()
-                .map(|(_, statement)| statement.clone())
+                .map(|(_, _, statement)| statement.clone())
         };
         if let Some(statement) = cached {
             return Ok(statement);
@@ -73,8 +87,8 @@ impl PostgresStore {
         if !std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)) {
             *cache = (Arc::downgrade(client), Default::default());
         }
-        if !cache.1.iter().any(|(text, _)| text == sql) {
-            cache.1.push((sql.to_owned(), statement.clone()));
+        if !cache.1.iter().any(|(text, _, _)| text == sql) {
+            cache.1.push((sql.to_owned(), origin, statement.clone()));
         }
         Ok(statement)
     }

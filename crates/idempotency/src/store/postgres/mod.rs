@@ -217,7 +217,9 @@ struct Inner {
 /// text, which costs less than hashing it on every request.
 type PreparedStatements = (
     std::sync::Weak<Client>,
-    Vec<(String, tokio_postgres::Statement)>,
+    // The text, the address of the store's own statement it is (if it is one), the
+    // prepared statement.
+    Vec<(String, Option<usize>, tokio_postgres::Statement)>,
 );
 
 impl fmt::Debug for PostgresStore {

@@ -76,6 +76,35 @@ pub(super) struct Statements {
 }
 
 impl Statements {
+    /// Whether `sql` is one of these statements itself (the same text at the same
+    /// address), not a copy.
+    pub(super) fn owns(&self, sql: &str) -> bool {
+        let Self {
+            claim,
+            claim_at_most_once,
+            complete,
+            release,
+            get,
+            lock,
+            purge,
+            forget,
+            list,
+        } = self;
+        [
+            claim,
+            claim_at_most_once,
+            complete,
+            release,
+            get,
+            lock,
+            purge,
+            forget,
+            list,
+        ]
+        .iter()
+        .any(|own| std::ptr::eq(own.as_str(), sql))
+    }
+
     /// The statements on the table `t`, quoted.
     pub(super) fn new(t: &str) -> Self {
         Self {

@@ -4,6 +4,7 @@
 use super::error::{breaks_connection, is_retryable, store_error};
 use super::{BACKEND, DEFAULT_REQUEST_TIMEOUT, RedisStore};
 use crate::error::Error;
+use crate::store::attempt_bound;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -165,13 +166,13 @@ impl RedisStore {
                 },
             }
         };
-        let result = match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(result) => result,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no reply within {:?}", self.request_timeout),
-            )
-            .into()),
+        // Within an engine attempt as short as our bound, the engine's timer is the one.
+        let result = if attempt_bound::engine_bounds_within(self.request_timeout) {
+            request.await
+        } else {
+            tokio::time::timeout(self.request_timeout, request)
+                .await
+                .unwrap_or_else(|_| Err(self.timed_out()))
         };
         in_flight.answered = true;
         if let Err(e) = &result
@@ -180,6 +181,16 @@ impl RedisStore {
             self.forget(generation);
         }
         Ok(result)
+    }
+
+    /// A request that had no reply within the store's own bound: an I/O timeout, which
+    /// breaks the connection.
+    fn timed_out(&self) -> RedisError {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply within {:?}", self.request_timeout),
+        )
+        .into()
     }
 
     /// The open connection, or a new one.

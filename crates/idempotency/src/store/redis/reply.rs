@@ -40,61 +40,105 @@ pub(super) fn fenced(id: &str, reply: Value) -> Result<(), Error> {
     }
 }
 
-/// A hash's fields in the order Redis sent them. A record has at most seven, so a scan
-/// costs less than hashing them, and each value is moved out of the reply, not copied:
-/// this is the replay path, run for every duplicate.
+/// The record's fields in a hash, by name.
+const NAMES: [&str; 6] = [
+    "status",
+    "expiration",
+    "in_progress_expiration",
+    "data",
+    "validation",
+    "lease_token",
+];
+
+/// A hash's fields that make a record, each value moved out of the reply, not copied, and
+/// no name turned into a string: this is the replay path, run for every duplicate. Other
+/// fields are counted, not kept (a hash holding only those is no record, not an absent
+/// one).
 #[derive(Debug, Default)]
-pub(super) struct Fields(Vec<(String, String)>);
+pub(super) struct Fields {
+    values: [Option<String>; NAMES.len()],
+    count: usize,
+}
 
 impl Fields {
     pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.count == 0
+    }
+
+    fn slot(name: &str) -> usize {
+        NAMES
+            .iter()
+            .position(|n| *n == name)
+            .expect("one of the record's field names")
     }
 
     fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(field, _)| field == name)
-            .map(|(_, value)| value.as_str())
+        self.values[Self::slot(name)].as_deref()
     }
 
     /// Moves a value out (a hash holds each field once).
     fn take(&mut self, name: &str) -> Option<String> {
-        self.0
-            .iter_mut()
-            .find(|(field, _)| field == name)
-            .map(|(_, value)| std::mem::take(value))
+        self.values[Self::slot(name)].take()
+    }
+
+    /// Keeps `value` if `name` is one of the record's fields.
+    fn insert(&mut self, id: &str, name: &[u8], value: Value) -> Result<(), Error> {
+        self.count += 1;
+        let Some(slot) = NAMES.iter().position(|n| n.as_bytes() == name) else {
+            return Ok(());
+        };
+        let text = match value {
+            Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+            Value::SimpleString(s) => Some(s),
+            _ => None,
+        };
+        match text {
+            Some(text) => {
+                self.values[slot] = Some(text);
+                Ok(())
+            }
+            None => Err(malformed(id, "a field's value is not UTF-8 text")),
+        }
+    }
+
+    #[cfg(test)]
+    fn of(pairs: &[(&str, &str)]) -> Self {
+        let mut fields = Self::default();
+        for (k, v) in pairs {
+            fields
+                .insert("k", k.as_bytes(), Value::BulkString(v.as_bytes().to_vec()))
+                .unwrap();
+        }
+        fields
     }
 }
 
 /// A hash's fields, from `HGETALL` or a script (a flat array in RESP2, a map in RESP3).
 pub(super) fn fields(id: &str, value: Value) -> Result<Fields, Error> {
-    let text = |v: Value| match v {
-        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-        Value::SimpleString(s) => Some(s),
-        _ => None,
-    };
-    let pair = |k: Value, v: Value| match (text(k), text(v)) {
-        (Some(k), Some(v)) => Ok((k, v)),
-        _ => Err(malformed(id, "a field or value is not UTF-8 text")),
-    };
+    fn name<'v>(id: &str, v: &'v Value) -> Result<&'v [u8], Error> {
+        match v {
+            Value::BulkString(bytes) => Ok(bytes.as_slice()),
+            Value::SimpleString(s) => Ok(s.as_bytes()),
+            _ => Err(malformed(id, "a field's name is not text")),
+        }
+    }
+    let mut out = Fields::default();
     match value {
-        Value::Nil => Ok(Fields::default()),
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .map(|(k, v)| pair(k, v))
-            .collect::<Result<_, _>>()
-            .map(Fields),
+        Value::Nil => {}
+        Value::Map(pairs) => {
+            for (k, v) in pairs {
+                out.insert(id, name(id, &k)?, v)?;
+            }
+        }
         Value::Array(flat) if flat.len() % 2 == 0 => {
-            let mut out = Vec::with_capacity(flat.len() / 2);
             let mut it = flat.into_iter();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                out.push(pair(k, v)?);
+                out.insert(id, name(id, &k)?, v)?;
             }
-            Ok(Fields(out))
         }
-        other => Err(unexpected(id, &other)),
+        other => return Err(unexpected(id, &other)),
     }
+    Ok(out)
 }
 
 /// The record in a hash, or a non-retryable [`Error::Store`] if it is malformed.
@@ -181,14 +225,7 @@ mod tests {
 
     #[test]
     fn a_malformed_hash_is_a_store_error_not_a_panic() {
-        let hash = |pairs: &[(&str, &str)]| {
-            Fields(
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            )
-        };
+        let hash = Fields::of;
         for bad in [
             hash(&[("expiration", "1")]),
             hash(&[("status", "DONE"), ("expiration", "1")]),

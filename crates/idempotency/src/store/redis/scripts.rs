@@ -8,7 +8,8 @@ use super::reply::{claim_outcome, fenced};
 use crate::error::Error;
 use crate::record::{Claim, Record, epoch_millis, epoch_secs};
 use crate::store::{ClaimOutcome, Forgotten};
-use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisWrite, Script, ServerErrorKind, Value};
+use std::io::Write;
 use std::sync::LazyLock;
 use std::time::SystemTime;
 
@@ -60,7 +61,13 @@ impl RedisStore {
             let mut cmd = Cmd::with_capacity(13, size);
             cmd.arg(name);
             // Every script takes one key, `KEYS[1]`: cluster-safe without hash tags.
-            cmd.arg(script).arg(1).arg(self.redis_key(id));
+            cmd.arg(script).arg(1);
+            // The key written straight into the command, with no string in between.
+            let mut key = cmd.writer_for_next_arg();
+            key.write_all(self.namespace.as_bytes())
+                .and_then(|()| key.write_all(id.as_bytes()))
+                .expect("a command is written to memory");
+            drop(key);
             args(&mut cmd);
             cmd
         };

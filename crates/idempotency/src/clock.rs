@@ -97,8 +97,11 @@ impl Clock for TestClock {
 /// The latest time the library works with: year 2500, far past any record's life and
 /// still representable by every store (epoch milliseconds fit an `i64`).
 pub(crate) fn far_future() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(16_725_225_600)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(FAR_FUTURE_SECS)
 }
+
+/// [`far_future`] in seconds since the epoch.
+pub(crate) const FAR_FUTURE_SECS: u64 = 16_725_225_600;
 
 /// `t + d`, capped at [`far_future`] instead of panicking on overflow.
 pub(crate) fn add(t: SystemTime, d: Duration) -> SystemTime {

@@ -32,15 +32,18 @@ impl fmt::Debug for ReplayHook {
     }
 }
 
-/// The stored `data` of `replay`, through `hook` when set, as `T`.
+/// The stored `data` of the record `id`, through `hook` when set (which sees `replay()`),
+/// as `T`. Without a hook no [`Replay`] is built: this runs for every duplicate.
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     hook: Option<&ReplayHook>,
-    replay: Replay,
+    id: &str,
+    replay: impl FnOnce() -> Replay,
     data: Option<&str>,
 ) -> Result<T, crate::Error> {
     let Some(hook) = hook else {
-        return crate::engine::decode(&replay.id, data);
+        return crate::engine::decode(id, data);
     };
+    let replay = replay();
     let stored: Value = crate::engine::decode(&replay.id, data)?;
     let answer = (hook.0)(stored, &replay);
     serde_json::from_value(answer).map_err(|source| crate::Error::ReplayAnswerIncompatible {

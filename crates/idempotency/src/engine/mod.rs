@@ -59,12 +59,12 @@ impl Engine {
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
             debug!("replayed from the local cache");
-            let replay = Replay {
+            let replay = || Replay {
                 id: id.to_owned(),
                 expiration: cached.expiration,
                 from_cache: true,
             };
-            return replay::decode(op.on_replay.as_ref(), replay, cached.data.as_deref())
+            return replay::decode(op.on_replay.as_ref(), id, replay, cached.data.as_deref())
                 .map(Claimed::Cached);
         }
         let attempts = self.config.max_claim_attempts;
@@ -183,12 +183,12 @@ impl Engine {
                 })
             }
             Status::Completed => {
-                let replay = Replay {
+                let replay = || Replay {
                     id: record.id.clone(),
                     expiration: record.expiration,
                     from_cache: false,
                 };
-                let value = replay::decode(on_replay, replay, record.data.as_deref())?;
+                let value = replay::decode(on_replay, &record.id, replay, record.data.as_deref())?;
                 info!("replayed the stored result");
                 if let Some(cache) = &self.cache {
                     cache.insert(

@@ -3,7 +3,7 @@
 
 use super::BACKEND;
 use crate::error::Error;
-use crate::record::{Record, Status, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs};
+use crate::record::{Record, Status, from_epoch_millis, from_epoch_secs};
 use crate::store::ClaimOutcome;
 use redis::Value;
 use std::fmt;
@@ -154,17 +154,17 @@ pub(super) fn parse(id: &str, mut fields: Fields) -> Result<Record, Error> {
             })
             .transpose()
     };
-    let far = crate::clock::far_future();
+    let far_secs = crate::clock::FAR_FUTURE_SECS;
     let status: Status = fields
         .get("status")
         .ok_or_else(|| malformed(id, "no status"))?
         .parse()
         .map_err(|e: crate::record::UnknownStatus| malformed(id, &e.to_string()))?;
     let expiration =
-        number("expiration", epoch_secs(far))?.ok_or_else(|| malformed(id, "no expiration"))?;
+        number("expiration", far_secs)?.ok_or_else(|| malformed(id, "no expiration"))?;
     let mut record = Record::new(id, status, from_epoch_secs(expiration));
     record.in_progress_expiration =
-        number("in_progress_expiration", epoch_millis(far))?.map(from_epoch_millis);
+        number("in_progress_expiration", far_secs * 1000)?.map(from_epoch_millis);
     record.data = fields.take("data");
     record.validation = fields.take("validation");
     record.lease_token = fields.take("lease_token");
@@ -222,6 +222,23 @@ impl fmt::Display for ReplyShape<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_name_lands_in_its_own_slot() {
+        for (slot, name) in NAMES.iter().enumerate() {
+            let mut fields = Fields::default();
+            fields
+                .insert("k", name.as_bytes(), Value::BulkString(b"v".to_vec()))
+                .unwrap();
+            assert_eq!(fields.values[slot].as_deref(), Some("v"), "{name}");
+            assert_eq!(fields.get(name), Some("v"), "{name}");
+        }
+        let mut other = Fields::default();
+        other
+            .insert("k", b"another", Value::BulkString(b"v".to_vec()))
+            .unwrap();
+        assert!(!other.is_empty() && other.values.iter().all(Option::is_none));
+    }
 
     #[test]
     fn a_malformed_hash_is_a_store_error_not_a_panic() {

@@ -72,8 +72,9 @@
 //! the engine (`get` in a health check, `purge_expired`, `create_table`, the worker's
 //! `ensure_connected` at start-up) never waits forever on a server that stopped
 //! answering; inside the engine, its attempt timeout (2 s by default) is the bound that
-//! counts. A request cut off by either bound drops its connection; the next call
-//! reconnects.
+//! counts, and the store sets no timer of its own when that bound is the shorter (one
+//! timer per request). A request cut off by either bound drops its connection; the next
+//! call reconnects.
 //!
 //! A call cut off while the server still works on it (waiting for a row lock another
 //! session holds) leaves that server process working until it next writes to the gone

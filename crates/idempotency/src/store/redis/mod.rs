@@ -59,7 +59,8 @@
 //! each request at [`DEFAULT_REQUEST_TIMEOUT`] (5 s,
 //! [`request_timeout`](RedisStore::request_timeout)), so a call outside the
 //! engine (a health check) never hangs; inside it, the engine's attempt timeout
-//! (`IdempotencyBuilder::store_attempt_timeout`, 2 s by default) is the bound that counts.
+//! (`IdempotencyBuilder::store_attempt_timeout`, 2 s by default) is the bound that counts,
+//! and the store sets no timer of its own when that bound is the shorter.
 //! `rediss://` URLs use TLS (ElastiCache in-transit encryption, through rustls and the
 //! system's root certificates); `redis://user:password@host` authenticates with ACL
 //! credentials (ElastiCache RBAC), `redis://:password@host` with a password alone.

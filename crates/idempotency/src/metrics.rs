@@ -91,13 +91,22 @@ const OUTCOME_LABELS: [&str; 16] = [
 /// One function's and operation's [`OUTCOMES`] counters, their keys built once (cached by
 /// the [`Operation`](crate::Operation)): a call counts its outcome without building,
 /// hashing and dropping a label set.
-#[derive(Debug)]
 pub(crate) struct OutcomeKeys {
     pub(crate) function: String,
     pub(crate) operation: String,
     /// One key per [`OUTCOME_LABELS`] entry, in its order.
     #[cfg(feature = "metrics")]
     keys: Vec<metrics::Key>,
+}
+
+/// The names only: an operation's `Debug` shows no metric keys.
+impl std::fmt::Debug for OutcomeKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutcomeKeys")
+            .field("function", &self.function)
+            .field("operation", &self.operation)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OutcomeKeys {

@@ -5,6 +5,7 @@ use crate::answers::AnswersTable;
 use crate::config::{StoreChoice, WorkerConfig};
 use crate::provider::{ModelClient, ProviderError, refuses_for_good};
 use crate::request::ChatRequest;
+use crate::startup::Phases;
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -20,6 +21,7 @@ use lambda_idempotency::{
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::time::Instant;
 use tracing::info;
 
 /// What one delivery did.
@@ -173,9 +175,16 @@ impl Worker {
         .validate(ChatRequest::CANONICAL_FIELDS)
     }
 
-    /// A worker as configured by the environment.
+    /// A worker as configured by the environment, its store checked first
+    /// ([`idempotency_from_config`]).
     pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
         let idempotency = idempotency_from_config(config).await?;
+        Self::configured(idempotency, config)
+    }
+
+    /// A worker over `idempotency`, with the model client and the answers table `config`
+    /// gives (its secret read: the key is the provider's).
+    pub fn configured(idempotency: Idempotency, config: &WorkerConfig) -> Result<Self, Error> {
         let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
         let worker = Self::new(idempotency, model);
         match &config.answers_table {
@@ -370,16 +379,53 @@ fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> 
 /// its store checked: a missing or mis-keyed table, or a server that does not answer,
 /// fails here, at start-up. Shared with the HTTP example (`model-api`).
 pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
+    let (idempotency, table) = store_from_config(config, None).await?;
+    if let Some(store) = table {
+        store.check_table().await?;
+    }
+    Ok(idempotency)
+}
+
+/// [`idempotency_from_config`], each phase's time recorded in `phases`: `store_client`
+/// (the client, configuration loaded), `store_connect` (the connection, or the table's
+/// check).
+pub async fn idempotency_starting(
+    config: &WorkerConfig,
+    phases: &Phases,
+) -> Result<Idempotency, Error> {
+    let (idempotency, table) = store_from_config(config, Some(phases)).await?;
+    if let Some(store) = table {
+        phases
+            .time_async("store_connect", store.check_table())
+            .await?;
+    }
+    Ok(idempotency)
+}
+
+/// The handle, and the DynamoDB store whose table is still to be checked, if that is the
+/// store. Redis and PostgreSQL connect here.
+async fn store_from_config(
+    config: &WorkerConfig,
+    phases: Option<&Phases>,
+) -> Result<(Idempotency, Option<DynamoDbStore>), Error> {
+    let mut client_started = Instant::now();
+    let record = |phase: &'static str, started: &mut Instant| {
+        if let Some(phases) = phases {
+            phases.record(phase, started.elapsed());
+        }
+        *started = Instant::now();
+    };
+    let mut table = None;
     let builder = match &config.store {
         StoreChoice::DynamoDb {
-            table,
+            table: name,
             partition_key,
             sort_key,
             partition_value,
         } => {
             let mut names = AttributeNames::default();
             names.id = partition_key.clone();
-            let mut store = DynamoDbStore::from_env(table.clone())
+            let mut store = DynamoDbStore::from_env(name.clone())
                 .await
                 .attribute_names(names);
             if let Some(sort_key) = sort_key {
@@ -388,13 +434,17 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
             if let Some(value) = partition_value {
                 store = store.partition_key_value(value);
             }
-            // At start-up: a missing table, a role that may not read it, or a key that
-            // is not the one configured (a sort key missing from the settings or from
-            // the table) stops the worker before any message.
-            store.check_table().await?;
+            record("store_client", &mut client_started);
+            // The table is checked by the caller: a missing table, a role that may not
+            // read it, or a key that is not the one configured (a sort key missing from
+            // the settings or from the table) stops the worker before any claim.
+            table = Some(store.clone());
             Idempotency::builder(store)
         }
-        StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
+        StoreChoice::Memory => {
+            record("store_client", &mut client_started);
+            Idempotency::builder(MemoryStore::new())
+        }
         #[cfg(feature = "redis")]
         StoreChoice::Redis {
             urls,
@@ -402,20 +452,25 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
             namespace,
         } => {
             use lambda_idempotency::store::redis::RedisStore;
+            // The client and its connection are one call: `store_connect` holds both.
+            record("store_client", &mut client_started);
             let store = if *cluster {
                 RedisStore::connect_cluster(urls.clone()).await?
             } else {
                 RedisStore::connect(&urls[0]).await?
             };
+            record("store_connect", &mut client_started);
             Idempotency::builder(store.namespace(namespace.clone()))
         }
         #[cfg(feature = "postgres")]
         StoreChoice::Postgres { url, table } => {
             let store =
                 lambda_idempotency::store::postgres::PostgresStore::from_url(url, table.clone())?;
+            record("store_client", &mut client_started);
             // At start-up: a wrong URL, password or certificate stops the worker before
             // any message, and the first message does not pay for the connection.
             store.ensure_connected().await?;
+            record("store_connect", &mut client_started);
             Idempotency::builder(store)
         }
         #[allow(unreachable_patterns)]
@@ -427,5 +482,5 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
         Some(expiry) => builder.expires_after(expiry),
         None => builder,
     };
-    Ok(builder.at_most_once(config.at_most_once).build())
+    Ok((builder.at_most_once(config.at_most_once).build(), table))
 }

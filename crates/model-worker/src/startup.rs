@@ -1,0 +1,99 @@
+//! Start-up: what each phase of init cost ([`Phases`], one log line at the end of init).
+//!
+//! Init is billed on every cold start, and Lambda's own report gives only its total
+//! (`Init Duration`): the line says where it went, in CloudWatch as in a benchmark
+//! (`crates/benchmarks/src/bin/bench-startup.rs` reads it, from this worker and from the
+//! bare worker it is measured against).
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The tracing target of the start-up lines (`RUST_LOG=warn,startup=info` keeps them alone).
+pub const TARGET: &str = "startup";
+
+/// What starts the line logged at the end of init; `key=value` pairs follow.
+pub const PHASES_LINE: &str = "start-up phases:";
+
+/// What starts the line logged when a store check that ran beside start-up passed, with
+/// `store_check_ms`: its time.
+pub const CHECK_LINE: &str = "store check passed:";
+
+/// How long each phase of start-up took, from `main` to the runtime's loop, logged as one
+/// line ([`Phases::log`]):
+///
+/// ```text
+/// start-up phases: main_unix_us=1764460800123456 configuration_ms=0.071 secret_ms=4.212 store_client_ms=0.930 store_connect_ms=0.041 worker_ms=1.702 init_ms=6.112
+/// ```
+///
+/// Phases that ran side by side (the secret and the store) each show their own time;
+/// `init_ms` is the wall time from `main` to the line. `main_unix_us` is when `main` began
+/// (Unix time, microseconds): what came before it (`exec`, the binary's loading, the tokio
+/// runtime) is that minus the process's start, which a launcher knows and Lambda does not
+/// report.
+#[derive(Debug)]
+pub struct Phases {
+    started: Instant,
+    started_unix: SystemTime,
+    done: Mutex<Vec<(&'static str, Duration)>>,
+}
+
+impl Phases {
+    /// Starts the clock: call it first thing in `main`.
+    pub fn start() -> Self {
+        Self {
+            started: Instant::now(),
+            started_unix: SystemTime::now(),
+            done: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records that `phase` took `took`.
+    pub fn record(&self, phase: &'static str, took: Duration) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((phase, took));
+    }
+
+    /// Runs `f`, recording its time as `phase`.
+    pub fn time<T>(&self, phase: &'static str, f: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let out = f();
+        self.record(phase, started.elapsed());
+        out
+    }
+
+    /// Awaits `future`, recording its time as `phase`.
+    pub async fn time_async<T>(&self, phase: &'static str, future: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = future.await;
+        self.record(phase, started.elapsed());
+        out
+    }
+
+    /// The phases so far, as the line [`Phases::log`] writes: the phases in the order they
+    /// ended, then `init_ms`, the time since [`Phases::start`].
+    pub fn line(&self) -> String {
+        let main_unix_us = self
+            .started_unix
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros();
+        let mut line = format!("{PHASES_LINE} main_unix_us={main_unix_us}");
+        for (phase, took) in self.done.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            line.push_str(&format!(" {phase}_ms={:.3}", millis(*took)));
+        }
+        line.push_str(&format!(" init_ms={:.3}", millis(self.started.elapsed())));
+        line
+    }
+
+    /// Logs [`Phases::line`] at INFO (target [`TARGET`]).
+    pub fn log(&self) {
+        tracing::info!(target: TARGET, "{}", self.line());
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

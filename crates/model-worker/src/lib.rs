@@ -37,7 +37,7 @@ pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError, refuses_for_good};
 pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;
-pub use startup::Phases;
+pub use startup::{Phases, StoreCheck};
 pub use worker::{
     Answer, Delivery, Refusal, Source, Worker, idempotency_from_config, idempotency_starting,
 };

@@ -1,5 +1,12 @@
-//! The Lambda binary (`bootstrap` once built by cargo-lambda). One line at the end of init
-//! gives each start-up phase's time (`model_worker::startup::Phases`).
+//! The Lambda binary (`bootstrap` once built by cargo-lambda).
+//!
+//! Start-up, in order: the configuration (checked whole), then side by side the API key's
+//! secret (`MODEL_API_KEY_SECRET_ARN`) and the store (its client; Redis and PostgreSQL
+//! connect), then the worker. The DynamoDB table's read (is it there, may this role read
+//! it, is it keyed as configured) runs in a task of its own beside the rest of start-up
+//! and the first `/next`: every claim waits for it, and a table that cannot work stops
+//! the process with status 2 and its message, as any other start-up problem does. One
+//! line at the end of init gives each phase's time (`model_worker::startup::Phases`).
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use model_worker::startup::Phases;
@@ -15,20 +22,40 @@ async fn main() -> Result<(), Error> {
         Ok(config) => config,
         Err(e) => stop(&e),
     };
-    let config = match config.model_api_key_secret_arn {
-        None => config,
-        Some(_) => match phases.time_async("secret", config.read_secrets()).await {
-            Ok(config) => config,
-            Err(e) => stop(&e),
+    // Neither needs the other: the secret's request and the store's set-up overlap.
+    // Whichever fails, the process stops with status 2 (the secret's problem first).
+    let (secret, store) = tokio::join!(
+        async {
+            match config.model_api_key_secret_arn {
+                Some(_) => Some(
+                    phases
+                        .time_async("secret", config.clone().read_secrets())
+                        .await,
+                ),
+                None => None,
+            }
         },
+        // So does a store that cannot work: a server that does not answer, a DynamoDB
+        // table that is missing, unreadable, or keyed otherwise than configured (that
+        // one from the check's own task, at once, before any claim).
+        idempotency_starting(&config, &phases, |e| {
+            tracing::error!(
+                "model-worker: cannot start: {}",
+                lambda_idempotency::report(&**e)
+            );
+            std::process::exit(2);
+        })
+    );
+    let config = match secret {
+        None => config,
+        Some(Ok(config)) => config,
+        Some(Err(e)) => stop(&e),
     };
-    // So does a store that cannot work: a server that does not answer, a DynamoDB table
-    // that is missing, unreadable, or keyed otherwise than configured.
-    let worker = async {
-        let idempotency = idempotency_starting(&config, &phases).await?;
-        phases.time("worker", || Worker::configured(idempotency, &config))
-    };
-    let worker = match worker.await {
+    let worker = phases.time("worker", || {
+        let (idempotency, check) = store?;
+        Ok::<_, Error>(Worker::configured(idempotency, &config)?.checked_by(check))
+    });
+    let worker = match worker {
         Ok(worker) => worker,
         Err(e) => {
             tracing::error!(
@@ -60,7 +87,7 @@ async fn main() -> Result<(), Error> {
     .await
 }
 
-/// Logs a problem of the configuration and stops: exit status 2.
+/// Logs a configuration problem and stops: exit status 2.
 fn stop(e: &dyn std::fmt::Display) -> ! {
     tracing::error!("model-worker: {e}");
     std::process::exit(2);

@@ -5,7 +5,7 @@ use crate::answers::AnswersTable;
 use crate::config::{StoreChoice, WorkerConfig};
 use crate::provider::{ModelClient, ProviderError, refuses_for_good};
 use crate::request::ChatRequest;
-use crate::startup::Phases;
+use crate::startup::{Phases, StoreCheck};
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -21,7 +21,7 @@ use lambda_idempotency::{
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::info;
 
 /// What one delivery did.
@@ -128,6 +128,7 @@ pub struct Worker {
     kinesis: KinesisBatch,
     dynamodb: DynamoDbStreamBatch,
     answers: Option<AnswersTable>,
+    check: StoreCheck,
 }
 
 impl Worker {
@@ -140,7 +141,17 @@ impl Worker {
             kinesis: KinesisBatch::new(),
             dynamodb: DynamoDbStreamBatch::new(),
             answers: None,
+            check: StoreCheck::passed(),
         }
+    }
+
+    /// This worker, each claim waiting until `check` passed (one atomic load once it
+    /// has): the store's start-up check that runs beside the rest of start-up
+    /// ([`idempotency_starting`]). If it fails, no record is claimed: each fails with the
+    /// check's error (the binary has exited with status 2 by then).
+    pub fn checked_by(mut self, check: StoreCheck) -> Self {
+        self.check = check;
+        self
     }
 
     /// This worker, persisting each answer to `table` in the same atomic step as its
@@ -299,6 +310,8 @@ impl Worker {
             .into());
         }
         let request_id = request.request_id.clone();
+        // No claim before the store passed its start-up check.
+        self.check.wait().await?;
         let (answer, outcome) = self.complete_with_outcome(request).await?;
         match (answer.value, outcome) {
             (Answer::Completion(completion), outcome) => Ok(Delivery {
@@ -377,29 +390,105 @@ fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> 
 
 /// The idempotency handle the environment configures (`IDEMPOTENCY_STORE` and the rest),
 /// its store checked: a missing or mis-keyed table, or a server that does not answer,
-/// fails here, at start-up. Shared with the HTTP example (`model-api`).
+/// fails here. For tests and tools; the binaries start with [`idempotency_starting`],
+/// which reads the DynamoDB table beside the rest of start-up.
 pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
     let (idempotency, table) = store_from_config(config, None).await?;
     if let Some(store) = table {
-        store.check_table().await?;
+        check_table(store).await?;
     }
     Ok(idempotency)
 }
 
-/// [`idempotency_from_config`], each phase's time recorded in `phases`: `store_client`
-/// (the client, configuration loaded), `store_connect` (the connection, or the table's
-/// check).
+/// The idempotency handle the environment configures, and its store's check.
+///
+/// What needs no request to the DynamoDB table is done here: its key settings, and the
+/// Redis and PostgreSQL connections (which a worker without the library makes at
+/// start-up too). The table's read (is it there, may this role read it, is it keyed as
+/// configured) is [started](StoreCheck::start) in a task of its own: it runs beside the
+/// rest of start-up and the runtime's first `/next`, and its connection is the one the
+/// first claim uses. Every claim of a [`Worker`] given the check ([`Worker::checked_by`])
+/// waits for it to pass. If it fails, `on_failure` gets the error, which names the table
+/// (the binaries log it and exit with status 2).
+///
+/// The phases go into `phases`: `store_client` (the client, its configuration loaded),
+/// `store_connect` (the connection; for DynamoDB, the key settings checked and the read
+/// sent).
 pub async fn idempotency_starting(
     config: &WorkerConfig,
     phases: &Phases,
-) -> Result<Idempotency, Error> {
+    on_failure: impl FnOnce(&Error) + Send + 'static,
+) -> Result<(Idempotency, StoreCheck), Error> {
     let (idempotency, table) = store_from_config(config, Some(phases)).await?;
-    if let Some(store) = table {
-        phases
-            .time_async("store_connect", store.check_table())
-            .await?;
+    let check = match table {
+        None => StoreCheck::passed(),
+        Some(store) => {
+            phases
+                .time_async(
+                    "store_connect",
+                    StoreCheck::start(check_table(store), on_failure),
+                )
+                .await?
+        }
+    };
+    Ok((idempotency, check))
+}
+
+/// The DynamoDB table's start-up check ([`DynamoDbStore::check_table`]), tried again
+/// (up to [`TABLE_CHECK_ATTEMPTS`] times in all) while it fails in a way a retry may fix;
+/// its error names the table.
+async fn check_table(store: DynamoDbStore) -> Result<(), Error> {
+    let mut attempt = 1;
+    loop {
+        match store.check_table().await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_retryable() && attempt < TABLE_CHECK_ATTEMPTS => {
+                tracing::warn!(
+                    "the DynamoDB table {:?} did not answer its start-up check (attempt {attempt} of {TABLE_CHECK_ATTEMPTS}), trying again: {}",
+                    store.table(),
+                    lambda_idempotency::report(&e)
+                );
+                tokio::time::sleep(Duration::from_millis(50) * attempt).await;
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(TableCheckFailed {
+                    table: store.table().to_owned(),
+                    source: e,
+                }
+                .into());
+            }
+        }
     }
-    Ok(idempotency)
+}
+
+/// How many times the table's start-up check is tried while it fails in a way a retry
+/// may fix (throttling, a timeout, a connection reset). Not only for a busy table: an
+/// environment that Lambda freezes right after init (one initialised ahead of its first
+/// invocation) thaws with the check's request long timed out, and must not stop for it.
+pub const TABLE_CHECK_ATTEMPTS: u32 = 3;
+
+/// The DynamoDB table failed its start-up check; the store's error says why.
+#[derive(Debug)]
+struct TableCheckFailed {
+    table: String,
+    source: lambda_idempotency::Error,
+}
+
+impl std::fmt::Display for TableCheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the idempotency table {:?} (IDEMPOTENCY_TABLE) failed its start-up check",
+            self.table
+        )
+    }
+}
+
+impl std::error::Error for TableCheckFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// The handle, and the DynamoDB store whose table is still to be checked, if that is the

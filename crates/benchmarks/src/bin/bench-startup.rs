@@ -5,12 +5,12 @@
 //!    a whole run): on DynamoDB, Redis and PostgreSQL, the worker built with every store
 //!    (`target/feature-sets/model-worker-redis-postgres`) and `floor-worker` (a bare
 //!    `lambda_runtime` binary doing the same start-up without the library: the secret, the
-//!    store's client or connection), both reading the API key from Secrets Manager (the
-//!    test server's), started in turn. Each logs one line at the end of init with its
-//!    phases (`model_worker::startup::Phases`); the runtime's start (`exec` to `main`) is
+//!    store's client or connection), with the API key in the environment, then read from
+//!    Secrets Manager (the test server's); the starts of all twelve take turns. Each
+//!    binary logs one line at the end of init with its phases
+//!    (`model_worker::startup::Phases`); the runtime's start (`exec` to `main`) is
 //!    `main`'s clock minus the launcher's, the rest to the first
 //!    `GET /runtime/invocation/next` and to the first delivery's answer are the mock's.
-//!    Then the same two without a secret: init and first answer only.
 //! 2. **Per feature set** (`bench-startup features`, or the second part): each build of
 //!    `scripts/bench-features` on each store it holds, from `exec` to the first `/next`
 //!    and to the first delivery's answer.
@@ -30,7 +30,16 @@ use test_support::TestTable;
 use test_support::servers::{postgres_schema, postgres_url, redis_prefix, redis_url};
 use tokio::io::AsyncBufReadExt;
 
+/// Starts per row, unless `STARTUP_STARTS` says otherwise.
 const STARTS: usize = 9;
+
+fn starts() -> usize {
+    std::env::var("STARTUP_STARTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(STARTS)
+}
 
 /// The stores of the per-phase comparison.
 const STORES: [&str; 3] = ["dynamodb", "redis", "postgres"];
@@ -38,7 +47,10 @@ const STORES: [&str; 3] = ["dynamodb", "redis", "postgres"];
 /// The rows of the per-phase table: the name in the start-up line (or a measured span),
 /// and what the row says.
 const PHASES: [(&str, &str); 9] = [
-    ("runtime", "runtime start (`exec` to `main`)"),
+    (
+        "runtime",
+        "runtime start (`exec` to `main`, tokio's runtime built)",
+    ),
     ("configuration", "configuration"),
     ("secret", "secret fetch (Secrets Manager)"),
     ("store_client", "store client"),
@@ -63,6 +75,9 @@ async fn main() {
         bench.features().await;
     }
 }
+
+/// One figure of a start, if it has it.
+type Measure = dyn Fn(&Start) -> Option<f64>;
 
 /// What one start measured.
 #[derive(Debug, Default)]
@@ -151,94 +166,90 @@ impl Bench {
         env
     }
 
-    /// The per-phase table, worker against the bare worker on each store.
+    /// The per-phase tables, worker against the bare worker on each store: without a
+    /// secret, then with one.
     async fn phases(&self) {
         let worker = self.feature_sets.join("model-worker-redis-postgres");
-        let mut with_secret: BTreeMap<(&str, &str), Vec<Start>> = BTreeMap::new();
-        let mut without: BTreeMap<(&str, &str), Vec<Start>> = BTreeMap::new();
-        for n in 0..STARTS {
+        let starts = starts();
+        let mut runs: BTreeMap<(bool, &str, &str), Vec<Start>> = BTreeMap::new();
+        for n in 0..starts {
             for store in STORES {
                 for (who, binary) in [("worker", &worker), ("bare", &self.floor)] {
-                    for (secret, runs) in [(true, &mut with_secret), (false, &mut without)] {
+                    for secret in [false, true] {
                         let start = start(binary, &self.env(store, secret), n).await;
-                        runs.entry((store, who)).or_default().push(start);
+                        runs.entry((secret, store, who)).or_default().push(start);
                     }
                 }
             }
         }
-        let median = |runs: &[Start], f: &dyn Fn(&Start) -> Option<f64>| -> Option<f64> {
+        let median = |runs: &[Start], f: &Measure| -> Option<f64> {
             let mut v: Vec<f64> = runs.iter().filter_map(f).collect();
             v.sort_by(|a, b| a.total_cmp(b));
             (!v.is_empty()).then(|| v[v.len() / 2])
         };
         let cell = |v: Option<f64>| v.map_or_else(|| "none".to_owned(), |v| format!("{v:.1} ms"));
         println!(
-            "## Start-up per phase, worker against a bare worker (median of {STARTS} starts)\n"
+            "## Start-up per phase, worker against a bare worker (median of {starts} starts)\n\n\
+             The worker: `{}`; the bare worker: `{}`.\n",
+            worker.file_name().unwrap_or_default().display(),
+            self.floor.file_name().unwrap_or_default().display()
         );
-        println!(
-            "The worker: `model-worker` built with `redis,postgres`; the bare worker: \
-             `floor-worker`. Both read the API key from Secrets Manager.\n"
-        );
-        let mut header = "| phase |".to_owned();
-        let mut rule = "|---|".to_owned();
-        for store in STORES {
-            header.push_str(&format!(" {store}: worker | {store}: bare |"));
-            rule.push_str("---|---|");
-        }
-        println!("{header}\n{rule}");
-        for (phase, label) in PHASES {
-            let mut row = format!("| {label} |");
-            for store in STORES {
-                for who in ["worker", "bare"] {
-                    let runs = &with_secret[&(store, who)];
-                    row.push_str(&format!(
-                        " {} |",
-                        cell(median(runs, &|s| s.ms.get(phase).copied()))
-                    ));
-                }
-            }
-            println!("{row}");
-        }
-        let mut row = "| the table check, beside start-up (not in init) |".to_owned();
-        for store in STORES {
-            for who in ["worker", "bare"] {
-                let runs = &with_secret[&(store, who)];
-                row.push_str(&format!(
-                    " {} |",
-                    cell(median(runs, &|s| s.ms.get("store_check").copied()))
-                ));
-            }
-        }
-        println!("{row}");
-        for (title, runs) in [
-            ("with the secret", &with_secret),
-            ("without a secret", &without),
+        for (secret, title) in [
+            (false, "API key in the environment (no secret)"),
+            (true, "API key read from Secrets Manager"),
         ] {
-            for (span, f) in [
-                (
-                    "init: `exec` to the first `/next`",
-                    &(|s: &Start| Some(s.init)) as &dyn Fn(&Start) -> Option<f64>,
-                ),
-                ("`exec` to the first answer", &|s: &Start| Some(s.answer)),
-            ] {
-                let mut row = format!("| **{span}**, {title} |");
-                let mut ratios = format!("| ratio worker / bare, {title} |");
+            println!("### {title}\n");
+            let mut header = "| phase |".to_owned();
+            let mut rule = "|---|".to_owned();
+            for store in STORES {
+                header.push_str(&format!(" {store}: worker | {store}: bare |"));
+                rule.push_str("---|---|");
+            }
+            println!("{header}\n{rule}");
+            let rows = PHASES.iter().copied().chain([(
+                "store_check",
+                "the table check, beside start-up (not in init)",
+            )]);
+            for (phase, label) in rows {
+                if phase == "secret" && !secret {
+                    continue;
+                }
+                let mut row = format!("| {label} |");
                 for store in STORES {
-                    let w = median(&runs[&(store, "worker")], f).unwrap_or(f64::NAN);
-                    let b = median(&runs[&(store, "bare")], f).unwrap_or(f64::NAN);
+                    for who in ["worker", "bare"] {
+                        let runs = &runs[&(secret, store, who)];
+                        row.push_str(&format!(
+                            " {} |",
+                            cell(median(runs, &|s| s.ms.get(phase).copied()))
+                        ));
+                    }
+                }
+                println!("{row}");
+            }
+            let spans: [(&str, &Measure); 2] = [
+                ("init: `exec` to the first `/next`", &|s| Some(s.init)),
+                ("`exec` to the first answer", &|s| Some(s.answer)),
+            ];
+            for (span, f) in spans {
+                let mut row = format!("| **{span}** |");
+                let mut ratios = "| ratio worker / bare |".to_owned();
+                for store in STORES {
+                    let w = median(&runs[&(secret, store, "worker")], f).unwrap_or(f64::NAN);
+                    let b = median(&runs[&(secret, store, "bare")], f).unwrap_or(f64::NAN);
                     row.push_str(&format!(" **{w:.1} ms** | **{b:.1} ms** |"));
                     ratios.push_str(&format!(" **{:.2} x** | |", w / b));
                 }
                 println!("{row}\n{ratios}");
             }
+            println!();
         }
-        println!();
     }
 
     /// The per-feature-set table.
     async fn features(&self) {
+        let starts = starts();
         println!(
-            "## Start-up per feature set (median of {STARTS} starts)\n\n| build | store | start-up to first /next | to the first delivery's answer |\n|---|---|---|---|"
+            "## Start-up per feature set (median of {starts} starts)\n\n| build | store | start-up to first /next | to the first delivery's answer |\n|---|---|---|---|"
         );
         for (build, stores) in [
             ("default", &["memory", "dynamodb"][..]),
@@ -253,7 +264,7 @@ impl Bench {
                 let env = self.env(store, false);
                 let mut first_poll = Vec::new();
                 let mut first_answer = Vec::new();
-                for n in 0..STARTS {
+                for n in 0..starts {
                     let start = start(&binary, &env, n).await;
                     first_poll.push(start.init);
                     first_answer.push(start.answer);
@@ -262,8 +273,8 @@ impl Bench {
                 first_answer.sort_by(|a, b| a.total_cmp(b));
                 println!(
                     "| {build} | {store} | {:.1} ms | {:.1} ms |",
-                    first_poll[STARTS / 2],
-                    first_answer[STARTS / 2]
+                    first_poll[starts / 2],
+                    first_answer[starts / 2]
                 );
             }
         }

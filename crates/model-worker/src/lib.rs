@@ -39,5 +39,6 @@ pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;
 pub use startup::{Phases, StoreCheck};
 pub use worker::{
-    Answer, Delivery, Refusal, Source, Worker, idempotency_from_config, idempotency_starting,
+    Answer, Delivery, Refusal, Source, TableCheck, Worker, idempotency_from_config,
+    idempotency_starting,
 };

@@ -2,11 +2,13 @@
 //!
 //! Start-up, in order: the configuration (checked whole), then side by side the API key's
 //! secret (`MODEL_API_KEY_SECRET_ARN`) and the store (its client; Redis and PostgreSQL
-//! connect), then the worker. The DynamoDB table's read (is it there, may this role read
-//! it, is it keyed as configured) runs in a task of its own beside the rest of start-up
-//! and the first `/next`: every claim waits for it, and a table that cannot work stops
-//! the process with status 2 and its message, as any other start-up problem does. One
-//! line at the end of init gives each phase's time (`model_worker::startup::Phases`).
+//! connect), then the worker, then the DynamoDB table's check: its settings at once, its
+//! read (is the table there, may this role read it, is it keyed as configured) in a task
+//! of its own that runs beside the runtime's first `/next`. Every claim waits for the
+//! check, and a table that cannot work stops the process with status 2 and its message,
+//! as any other start-up problem does. The read starts last so that its work does not
+//! slow init's own (measured: docs/benchmarks.md). One line at the end of init gives
+//! each phase's time (`model_worker::startup::Phases`).
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use model_worker::startup::Phases;
@@ -35,35 +37,22 @@ async fn main() -> Result<(), Error> {
                 None => None,
             }
         },
-        // So does a store that cannot work: a server that does not answer, a DynamoDB
-        // table that is missing, unreadable, or keyed otherwise than configured (that
-        // one from the check's own task, at once, before any claim).
-        idempotency_starting(&config, &phases, |e| {
-            tracing::error!(
-                "model-worker: cannot start: {}",
-                lambda_idempotency::report(&**e)
-            );
-            std::process::exit(2);
-        })
+        // So does a store that cannot work: a server that does not answer.
+        idempotency_starting(&config, &phases)
     );
     let config = match secret {
         None => config,
         Some(Ok(config)) => config,
         Some(Err(e)) => stop(&e),
     };
-    let worker = phases.time("worker", || {
+    let worker = async {
         let (idempotency, check) = store?;
-        Ok::<_, Error>(Worker::configured(idempotency, &config)?.checked_by(check))
-    });
-    let worker = match worker {
-        Ok(worker) => worker,
-        Err(e) => {
-            tracing::error!(
-                "model-worker: cannot start: {}",
-                lambda_idempotency::report(&*e)
-            );
-            std::process::exit(2);
-        }
+        let worker = phases.time("worker", || Worker::configured(idempotency, &config))?;
+        Ok::<_, Error>((worker, check))
+    };
+    let (worker, check) = match worker.await {
+        Ok(started) => started,
+        Err(e) => cannot_start(&*e),
     };
     // The library's counters, as CloudWatch embedded metric format lines after each
     // invocation (model_worker::emf says what a line holds in concurrent mode).
@@ -72,6 +61,15 @@ async fn main() -> Result<(), Error> {
     let metrics = match phases.time("metrics", || model_worker::emf::install(&namespace)) {
         Ok(metrics) => metrics,
         Err(e) => stop(&e),
+    };
+    // And a DynamoDB table that is missing, unreadable, or keyed otherwise than
+    // configured: its settings now, its read in a task of its own, last, so that it runs
+    // beside the first `/next` without slowing init's own work. If the table cannot work,
+    // that task stops the process at once; no claim is made before it passed.
+    let check = check.start(|e| cannot_start(&**e));
+    let worker = match phases.time_async("table_check", check).await {
+        Ok(check) => worker.checked_by(check),
+        Err(e) => cannot_start(&*e),
     };
     phases.log();
     // Several invocations share one process when AWS_LAMBDA_MAX_CONCURRENCY > 1; the
@@ -90,5 +88,14 @@ async fn main() -> Result<(), Error> {
 /// Logs a configuration problem and stops: exit status 2.
 fn stop(e: &dyn std::fmt::Display) -> ! {
     tracing::error!("model-worker: {e}");
+    std::process::exit(2);
+}
+
+/// Logs a store that cannot work and stops: exit status 2.
+fn cannot_start(e: &(dyn std::error::Error + 'static)) -> ! {
+    tracing::error!(
+        "model-worker: cannot start: {}",
+        lambda_idempotency::report(e)
+    );
     std::process::exit(2);
 }

@@ -391,7 +391,7 @@ fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> 
 /// The idempotency handle the environment configures (`IDEMPOTENCY_STORE` and the rest),
 /// its store checked: a missing or mis-keyed table, or a server that does not answer,
 /// fails here. For tests and tools; the binaries start with [`idempotency_starting`],
-/// which reads the DynamoDB table beside the rest of start-up.
+/// whose table check runs beside the runtime's first `/next`.
 pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
     let (idempotency, table) = store_from_config(config, None).await?;
     if let Some(store) = table {
@@ -400,38 +400,45 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
     Ok(idempotency)
 }
 
-/// The idempotency handle the environment configures, and its store's check.
+/// The idempotency handle the environment configures, and its store's check still to
+/// start.
 ///
-/// What needs no request to the DynamoDB table is done here: its key settings, and the
-/// Redis and PostgreSQL connections (which a worker without the library makes at
-/// start-up too). The table's read (is it there, may this role read it, is it keyed as
-/// configured) is [started](StoreCheck::start) in a task of its own: it runs beside the
-/// rest of start-up and the runtime's first `/next`, and its connection is the one the
-/// first claim uses. Every claim of a [`Worker`] given the check ([`Worker::checked_by`])
-/// waits for it to pass. If it fails, `on_failure` gets the error, which names the table
-/// (the binaries log it and exit with status 2).
-///
-/// The phases go into `phases`: `store_client` (the client, its configuration loaded),
-/// `store_connect` (the connection; for DynamoDB, the key settings checked and the read
-/// sent).
+/// The Redis and PostgreSQL connections are made here (a worker without the library makes
+/// them at start-up too); the DynamoDB table is checked once the check is started
+/// ([`TableCheck::start`]), best last, when the rest of start-up is done: its read then
+/// runs beside the runtime's first `/next` without slowing init's own work. The phases go
+/// into `phases`: `store_client` (the client, its configuration loaded), `store_connect`
+/// (the Redis or PostgreSQL connection).
 pub async fn idempotency_starting(
     config: &WorkerConfig,
     phases: &Phases,
-    on_failure: impl FnOnce(&Error) + Send + 'static,
-) -> Result<(Idempotency, StoreCheck), Error> {
+) -> Result<(Idempotency, TableCheck), Error> {
     let (idempotency, table) = store_from_config(config, Some(phases)).await?;
-    let check = match table {
-        None => StoreCheck::passed(),
-        Some(store) => {
-            phases
-                .time_async(
-                    "store_connect",
-                    StoreCheck::start(check_table(store), on_failure),
-                )
-                .await?
+    Ok((idempotency, TableCheck(table)))
+}
+
+/// The DynamoDB table's start-up check, not started yet: is the table there, may this role
+/// read it, is it keyed as configured. Nothing to check for the other stores.
+#[derive(Debug)]
+#[must_use = "the table is not checked until its check is started"]
+pub struct TableCheck(Option<DynamoDbStore>);
+
+impl TableCheck {
+    /// Starts the check ([`StoreCheck::start`]): the table's key settings are checked
+    /// now, and a problem with them is this call's error; the table's read runs in a task
+    /// of its own, its connection the one the first claim uses. Give the result to the
+    /// worker ([`Worker::checked_by`]): every claim waits for the check to pass. If the
+    /// read fails, `on_failure` gets the error, which names the table (the binaries log
+    /// it and exit with status 2).
+    pub async fn start(
+        self,
+        on_failure: impl FnOnce(&Error) + Send + 'static,
+    ) -> Result<StoreCheck, Error> {
+        match self.0 {
+            None => Ok(StoreCheck::passed()),
+            Some(store) => StoreCheck::start(check_table(store), on_failure).await,
         }
-    };
-    Ok((idempotency, check))
+    }
 }
 
 /// The DynamoDB table's start-up check ([`DynamoDbStore::check_table`]), tried again

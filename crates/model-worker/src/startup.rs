@@ -28,7 +28,7 @@ pub const CHECK_LINE: &str = "store check passed:";
 /// line ([`Phases::log`]):
 ///
 /// ```text
-/// start-up phases: main_unix_us=1764460800123456 configuration_ms=0.036 store_client_ms=0.302 secret_ms=6.158 worker_ms=2.409 table_check_ms=0.611 metrics_ms=0.021 init_ms=9.870
+/// start-up phases: main_unix_us=1796309221258776 configuration_ms=0.014 store_client_ms=3.770 worker_ms=2.174 metrics_ms=0.015 table_check_ms=0.862 init_ms=6.958
 /// ```
 ///
 /// Phases that ran side by side (the secret and the store) each show their own time;

@@ -19,7 +19,7 @@ use lambda_http::tower::{Layer, Service, ServiceExt};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::http::{CallerScope, IdempotencyKeyLayer, IdempotencyKeyService};
-use model_worker::{ChatRequest, ModelClient, ProviderError};
+use model_worker::{ChatRequest, ModelClient, ProviderError, StoreCheck};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::pin::Pin;
@@ -69,6 +69,7 @@ impl Settings {
 #[derive(Clone, Debug)]
 pub struct Api {
     generate: IdempotencyKeyService<Generate>,
+    check: StoreCheck,
 }
 
 impl Api {
@@ -85,7 +86,17 @@ impl Api {
         let layer = layer.build().expect("the API's own settings are valid");
         Api {
             generate: layer.layer(Generate { model }),
+            check: StoreCheck::passed(),
         }
+    }
+
+    /// This API, each request to the route waiting until `check` passed (one atomic load
+    /// once it has): the store's start-up check that runs beside the rest of start-up
+    /// (`model_worker::idempotency_starting`). No key is claimed before it; if it fails,
+    /// the request fails with its error (the binary has exited with status 2 by then).
+    pub fn checked_by(mut self, check: StoreCheck) -> Self {
+        self.check = check;
+        self
     }
 }
 
@@ -127,7 +138,11 @@ impl Service<Request> for Api {
             });
         }
         let generate = self.generate.clone();
-        Box::pin(generate.oneshot(request))
+        let check = self.check.clone();
+        Box::pin(async move {
+            check.wait().await?;
+            generate.oneshot(request).await
+        })
     }
 }
 

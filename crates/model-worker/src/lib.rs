@@ -29,6 +29,7 @@ pub mod emf;
 pub mod provider;
 pub mod request;
 pub mod secret;
+pub mod startup;
 pub mod worker;
 
 pub use answers::AnswersTable;
@@ -36,4 +37,8 @@ pub use config::{ConfigError, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError, refuses_for_good};
 pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;
-pub use worker::{Answer, Delivery, Refusal, Source, Worker, idempotency_from_config};
+pub use startup::{Phases, StoreCheck};
+pub use worker::{
+    Answer, Delivery, Refusal, Source, TableCheck, Worker, idempotency_from_config,
+    idempotency_starting,
+};

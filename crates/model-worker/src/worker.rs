@@ -5,6 +5,7 @@ use crate::answers::AnswersTable;
 use crate::config::{StoreChoice, WorkerConfig};
 use crate::provider::{ModelClient, ProviderError, refuses_for_good};
 use crate::request::ChatRequest;
+use crate::startup::{Phases, StoreCheck};
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::kinesis::KinesisEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -20,6 +21,7 @@ use lambda_idempotency::{
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::time::{Duration, Instant};
 use tracing::info;
 
 /// What one delivery did.
@@ -126,6 +128,7 @@ pub struct Worker {
     kinesis: KinesisBatch,
     dynamodb: DynamoDbStreamBatch,
     answers: Option<AnswersTable>,
+    check: StoreCheck,
 }
 
 impl Worker {
@@ -138,7 +141,17 @@ impl Worker {
             kinesis: KinesisBatch::new(),
             dynamodb: DynamoDbStreamBatch::new(),
             answers: None,
+            check: StoreCheck::passed(),
         }
+    }
+
+    /// This worker, each claim waiting until `check` passed (one atomic load once it
+    /// has): the store's start-up check that runs beside the rest of start-up
+    /// ([`idempotency_starting`]). If it fails, no record is claimed: each fails with the
+    /// check's error (the binary has exited with status 2 by then).
+    pub fn checked_by(mut self, check: StoreCheck) -> Self {
+        self.check = check;
+        self
     }
 
     /// This worker, persisting each answer to `table` in the same atomic step as its
@@ -173,9 +186,16 @@ impl Worker {
         .validate(ChatRequest::CANONICAL_FIELDS)
     }
 
-    /// A worker as configured by the environment.
+    /// A worker as configured by the environment, its store checked first
+    /// ([`idempotency_from_config`]).
     pub async fn from_config(config: &WorkerConfig) -> Result<Self, Error> {
         let idempotency = idempotency_from_config(config).await?;
+        Self::configured(idempotency, config)
+    }
+
+    /// A worker over `idempotency`, with the model client and the answers table `config`
+    /// gives (its secret read: the key is the provider's).
+    pub fn configured(idempotency: Idempotency, config: &WorkerConfig) -> Result<Self, Error> {
         let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
         let worker = Self::new(idempotency, model);
         match &config.answers_table {
@@ -290,6 +310,8 @@ impl Worker {
             .into());
         }
         let request_id = request.request_id.clone();
+        // No claim before the store passed its start-up check.
+        self.check.wait().await?;
         let (answer, outcome) = self.complete_with_outcome(request).await?;
         match (answer.value, outcome) {
             (Answer::Completion(completion), outcome) => Ok(Delivery {
@@ -368,18 +390,138 @@ fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> 
 
 /// The idempotency handle the environment configures (`IDEMPOTENCY_STORE` and the rest),
 /// its store checked: a missing or mis-keyed table, or a server that does not answer,
-/// fails here, at start-up. Shared with the HTTP example (`model-api`).
+/// fails here. For tests and tools; the binaries start with [`idempotency_starting`],
+/// whose table check runs beside the runtime's first `/next`.
 pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
+    let (idempotency, table) = store_from_config(config, None).await?;
+    if let Some(store) = table {
+        check_table(store).await?;
+    }
+    Ok(idempotency)
+}
+
+/// The idempotency handle the environment configures, and its store's check still to
+/// start.
+///
+/// The Redis and PostgreSQL connections are made here (a worker without the library makes
+/// them at start-up too); the DynamoDB table is checked once the check is started
+/// ([`TableCheck::start`]), best last, when the rest of start-up is done: its read then
+/// runs beside the runtime's first `/next` without slowing init's own work. The phases go
+/// into `phases`: `store_client` (the client, its configuration loaded), `store_connect`
+/// (the Redis or PostgreSQL connection).
+pub async fn idempotency_starting(
+    config: &WorkerConfig,
+    phases: &Phases,
+) -> Result<(Idempotency, TableCheck), Error> {
+    let (idempotency, table) = store_from_config(config, Some(phases)).await?;
+    Ok((idempotency, TableCheck(table)))
+}
+
+/// The DynamoDB table's start-up check, not started yet: is the table there, may this role
+/// read it, is it keyed as configured. Nothing to check for the other stores.
+#[derive(Debug)]
+#[must_use = "the table is not checked until its check is started"]
+pub struct TableCheck(Option<DynamoDbStore>);
+
+impl TableCheck {
+    /// Starts the check ([`StoreCheck::start`]): the table's key settings are checked
+    /// now, and a problem with them is this call's error; the table's read runs in a task
+    /// of its own, its connection the one the first claim uses. Give the result to the
+    /// worker ([`Worker::checked_by`]): every claim waits for the check to pass. If the
+    /// read fails, `on_failure` gets the error, which names the table (the binaries log
+    /// it and exit with status 2).
+    pub async fn start(
+        self,
+        on_failure: impl FnOnce(&Error) + Send + 'static,
+    ) -> Result<StoreCheck, Error> {
+        match self.0 {
+            None => Ok(StoreCheck::passed()),
+            Some(store) => StoreCheck::start(check_table(store), on_failure).await,
+        }
+    }
+}
+
+/// The DynamoDB table's start-up check ([`DynamoDbStore::check_table`]), tried again
+/// (up to [`TABLE_CHECK_ATTEMPTS`] times in all) while it fails in a way a retry may fix;
+/// its error names the table.
+async fn check_table(store: DynamoDbStore) -> Result<(), Error> {
+    let mut attempt = 1;
+    loop {
+        match store.check_table().await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_retryable() && attempt < TABLE_CHECK_ATTEMPTS => {
+                tracing::warn!(
+                    "the DynamoDB table {:?} did not answer its start-up check (attempt {attempt} of {TABLE_CHECK_ATTEMPTS}), trying again: {}",
+                    store.table(),
+                    lambda_idempotency::report(&e)
+                );
+                tokio::time::sleep(Duration::from_millis(50) * attempt).await;
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(TableCheckFailed {
+                    table: store.table().to_owned(),
+                    source: e,
+                }
+                .into());
+            }
+        }
+    }
+}
+
+/// How many times the table's start-up check is tried while it fails in a way a retry
+/// may fix (throttling, a timeout, a connection reset). Not only for a busy table: an
+/// environment that Lambda freezes right after init (one initialised ahead of its first
+/// invocation) thaws with the check's request long timed out, and must not stop for it.
+pub const TABLE_CHECK_ATTEMPTS: u32 = 3;
+
+/// The DynamoDB table failed its start-up check; the store's error says why.
+#[derive(Debug)]
+struct TableCheckFailed {
+    table: String,
+    source: lambda_idempotency::Error,
+}
+
+impl std::fmt::Display for TableCheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the idempotency table {:?} (IDEMPOTENCY_TABLE) failed its start-up check",
+            self.table
+        )
+    }
+}
+
+impl std::error::Error for TableCheckFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The handle, and the DynamoDB store whose table is still to be checked, if that is the
+/// store. Redis and PostgreSQL connect here.
+async fn store_from_config(
+    config: &WorkerConfig,
+    phases: Option<&Phases>,
+) -> Result<(Idempotency, Option<DynamoDbStore>), Error> {
+    let mut client_started = Instant::now();
+    let record = |phase: &'static str, started: &mut Instant| {
+        if let Some(phases) = phases {
+            phases.record(phase, started.elapsed());
+        }
+        *started = Instant::now();
+    };
+    let mut table = None;
     let builder = match &config.store {
         StoreChoice::DynamoDb {
-            table,
+            table: name,
             partition_key,
             sort_key,
             partition_value,
         } => {
             let mut names = AttributeNames::default();
             names.id = partition_key.clone();
-            let mut store = DynamoDbStore::from_env(table.clone())
+            let mut store = DynamoDbStore::from_env(name.clone())
                 .await
                 .attribute_names(names);
             if let Some(sort_key) = sort_key {
@@ -388,13 +530,17 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
             if let Some(value) = partition_value {
                 store = store.partition_key_value(value);
             }
-            // At start-up: a missing table, a role that may not read it, or a key that
-            // is not the one configured (a sort key missing from the settings or from
-            // the table) stops the worker before any message.
-            store.check_table().await?;
+            record("store_client", &mut client_started);
+            // The table is checked by the caller: a missing table, a role that may not
+            // read it, or a key that is not the one configured (a sort key missing from
+            // the settings or from the table) stops the worker before any claim.
+            table = Some(store.clone());
             Idempotency::builder(store)
         }
-        StoreChoice::Memory => Idempotency::builder(MemoryStore::new()),
+        StoreChoice::Memory => {
+            record("store_client", &mut client_started);
+            Idempotency::builder(MemoryStore::new())
+        }
         #[cfg(feature = "redis")]
         StoreChoice::Redis {
             urls,
@@ -402,20 +548,25 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
             namespace,
         } => {
             use lambda_idempotency::store::redis::RedisStore;
+            // The client and its connection are one call: `store_connect` holds both.
+            record("store_client", &mut client_started);
             let store = if *cluster {
                 RedisStore::connect_cluster(urls.clone()).await?
             } else {
                 RedisStore::connect(&urls[0]).await?
             };
+            record("store_connect", &mut client_started);
             Idempotency::builder(store.namespace(namespace.clone()))
         }
         #[cfg(feature = "postgres")]
         StoreChoice::Postgres { url, table } => {
             let store =
                 lambda_idempotency::store::postgres::PostgresStore::from_url(url, table.clone())?;
+            record("store_client", &mut client_started);
             // At start-up: a wrong URL, password or certificate stops the worker before
             // any message, and the first message does not pay for the connection.
             store.ensure_connected().await?;
+            record("store_connect", &mut client_started);
             Idempotency::builder(store)
         }
         #[allow(unreachable_patterns)]
@@ -427,5 +578,5 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
         Some(expiry) => builder.expires_after(expiry),
         None => builder,
     };
-    Ok(builder.at_most_once(config.at_most_once).build())
+    Ok((builder.at_most_once(config.at_most_once).build(), table))
 }

@@ -19,7 +19,10 @@
 //!   valgrind --tool=callgrind target/release/examples/client-instructions redis-replay $n
 //! done   # (total at 4000 − total at 2000) / 2000 = instructions per message
 //! ```
-//! (`CARGO_PROFILE_RELEASE_STRIP=false` keeps the symbols for `callgrind_annotate`.)
+//! (`CARGO_PROFILE_RELEASE_STRIP=false` keeps the symbols for `callgrind_annotate`.) With
+//! `AWS_LAMBDA_LOG_LEVEL` set, the loop runs under Lambda's default subscriber
+//! (`lambda_runtime::tracing::init_default_subscriber`) at that level, as a deployed
+//! function does; unset, with no subscriber.)
 
 use lambda_idempotency::store::postgres::PostgresStore;
 use lambda_idempotency::store::redis::RedisStore;
@@ -37,6 +40,12 @@ fn now_ms() -> i64 {
 }
 
 fn main() {
+    // As a deployed function starts: Lambda's own subscriber, at the level its logging
+    // settings give (`AWS_LAMBDA_LOG_LEVEL=WARN` measures a function that logs warnings
+    // only). Unset, no subscriber at all.
+    if std::env::var_os("AWS_LAMBDA_LOG_LEVEL").is_some() {
+        lambda_runtime::tracing::init_default_subscriber();
+    }
     let mode = std::env::args().nth(1).unwrap_or_default();
     let n: u64 = std::env::args()
         .nth(2)
@@ -46,7 +55,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(run(&mode, n));
+        .block_on(async {
+            run(&mode, n).await;
+            // No records left behind in the Redis the tests share.
+            if mode.starts_with("redis") {
+                benchmarks::purge_redis(&redis_url(), &["instructions:*", "instructions-raw:*"])
+                    .await
+                    .expect("delete the benchmark's keys");
+            }
+        });
 }
 
 async fn run(mode: &str, n: u64) {

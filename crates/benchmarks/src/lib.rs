@@ -57,3 +57,35 @@ pub fn sqs_event(bodies: &[Value]) -> Value {
         .collect();
     json!({ "Records": records })
 }
+
+/// Deletes the keys matching each of `patterns` on the Redis node at `url` (one node of a
+/// cluster at a time), in batches: a benchmark leaves no records behind in a Redis it
+/// shares with the tests, whose listings walk the whole keyspace.
+pub async fn purge_redis(url: &str, patterns: &[&str]) -> Result<u64, redis::RedisError> {
+    let script = redis::Script::new(
+        r"
+        local found = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 10000)
+        for _, key in ipairs(found[2]) do redis.call('UNLINK', key) end
+        return {found[1], #found[2]}
+        ",
+    );
+    let client = redis::Client::open(url)?;
+    let mut connection = client.get_multiplexed_async_connection().await?;
+    let mut deleted = 0;
+    for pattern in patterns {
+        let mut cursor = "0".to_owned();
+        loop {
+            let (next, n): (String, u64) = script
+                .arg(&cursor)
+                .arg(*pattern)
+                .invoke_async(&mut connection)
+                .await?;
+            deleted += n;
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(deleted)
+}

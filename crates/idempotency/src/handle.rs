@@ -349,7 +349,8 @@ impl Idempotency {
         };
         // No subscriber wants the span: entering it on every poll would cost more than
         // the call's own work on a replay.
-        let result = if span.is_disabled() {
+        let unobserved = unobserved(&span);
+        let result = if unobserved {
             self.execute_uncounted(op, payload, deadline, &span, f)
                 .await
         } else {
@@ -359,7 +360,7 @@ impl Idempotency {
         };
         unfinished.counted = false;
         let outcome = crate::metrics::outcome_label(&result);
-        if !span.is_disabled() {
+        if !unobserved {
             span.record("outcome", outcome);
         }
         if counted {
@@ -401,7 +402,7 @@ impl Idempotency {
             .idempotency_id(op, payload)
             .map_err(ExecuteError::Idempotency)?;
         let invocation = invocation_of(deadline);
-        if !span.is_disabled() {
+        if !unobserved(span) {
             span.record("key", id.as_str());
         }
         async move {
@@ -477,6 +478,13 @@ impl Idempotency {
         }
         .await
     }
+}
+
+/// Whether `span` can be left out: it is disabled and a subscriber is set. With none
+/// set, `tracing`'s `log` feature still sends a disabled span's fields and its enter and
+/// exit to `log`, as it did before this check existed.
+fn unobserved(span: &tracing::Span) -> bool {
+    span.is_disabled() && tracing::dispatcher::has_been_set()
 }
 
 /// The invocation a call runs in: the enclosing one, with `deadline` (if given) in

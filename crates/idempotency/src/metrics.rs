@@ -90,29 +90,38 @@ const OUTCOME_LABELS: [&str; 16] = [
 
 /// One function's and operation's [`OUTCOMES`] counters, their keys built once (cached by
 /// the [`Operation`](crate::Operation)): a call counts its outcome without building,
-/// hashing and dropping a label set.
+/// hashing and dropping a label set. Without the `metrics` feature it holds nothing.
 pub(crate) struct OutcomeKeys {
-    pub(crate) function: String,
-    pub(crate) operation: String,
-    /// One key per [`OUTCOME_LABELS`] entry, in its order.
+    #[cfg(feature = "metrics")]
+    function: String,
+    #[cfg(feature = "metrics")]
+    operation: String,
+    /// One key per [`OUTCOME_LABELS`] entry, in its order; none when not cached (each
+    /// count builds its one key).
     #[cfg(feature = "metrics")]
     keys: Vec<metrics::Key>,
 }
 
-/// The names only: an operation's `Debug` shows no metric keys.
+/// The names only: no metric keys.
 impl std::fmt::Debug for OutcomeKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutcomeKeys")
-            .field("function", &self.function)
-            .field("operation", &self.operation)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("OutcomeKeys");
+        #[cfg(feature = "metrics")]
+        d.field("function", &self.function)
+            .field("operation", &self.operation);
+        d.finish_non_exhaustive()
     }
 }
 
 impl OutcomeKeys {
+    /// The keys of every outcome, built now.
     pub(crate) fn new(function: &str, operation: &str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (function, operation);
         Self {
+            #[cfg(feature = "metrics")]
             function: function.to_owned(),
+            #[cfg(feature = "metrics")]
             operation: operation.to_owned(),
             #[cfg(feature = "metrics")]
             keys: OUTCOME_LABELS
@@ -131,12 +140,43 @@ impl OutcomeKeys {
         }
     }
 
+    /// No key built ahead: for a call under another function's name than the one its
+    /// operation cached, each count builds the one key it needs.
+    pub(crate) fn uncached(function: &str, operation: &str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (function, operation);
+        Self {
+            #[cfg(feature = "metrics")]
+            function: function.to_owned(),
+            #[cfg(feature = "metrics")]
+            operation: operation.to_owned(),
+            #[cfg(feature = "metrics")]
+            keys: Vec::new(),
+        }
+    }
+
+    /// Whether these are the counters of `function` and `operation`.
+    pub(crate) fn is_for(&self, function: &str, operation: &str) -> bool {
+        #[cfg(feature = "metrics")]
+        return self.function == function && self.operation == operation;
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = (function, operation);
+            true
+        }
+    }
+
     /// Counts one call's outcome.
     pub(crate) fn count(&self, outcome: &'static str) {
         #[cfg(feature = "metrics")]
-        match OUTCOME_LABELS.iter().position(|label| *label == outcome) {
-            Some(i) => metrics::with_recorder(|r| r.register_counter(&self.keys[i], &METADATA))
-                .increment(1),
+        match OUTCOME_LABELS
+            .iter()
+            .position(|label| *label == outcome)
+            .and_then(|i| self.keys.get(i))
+        {
+            Some(key) => {
+                metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1)
+            }
             None => counter!(
                 OUTCOMES,
                 "function" => self.function.clone(),

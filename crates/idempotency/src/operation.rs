@@ -54,7 +54,7 @@ pub struct Operation {
     /// [`when_in_progress`](Self::when_in_progress)).
     pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
     /// Its outcome counters, built by its first call (shared by its clones).
-    pub(crate) outcome_keys: Arc<OnceLock<Arc<OutcomeKeys>>>,
+    pub(crate) outcome_keys: OutcomeKeysCache,
 }
 
 impl Operation {
@@ -86,21 +86,22 @@ impl Operation {
             lease: None,
             on_replay: None,
             when_in_progress: None,
-            outcome_keys: Arc::default(),
+            outcome_keys: OutcomeKeysCache::default(),
         }
     }
 
     /// Its outcome counters under `function` (the handle's function name): built once,
-    /// then shared; an operation used by handles of two functions builds the second's
-    /// on each call.
+    /// then shared; an operation used by handles of two functions counts the second's
+    /// with keys built per count, as the first call's were before the cache.
     pub(crate) fn outcome_keys(&self, function: &str) -> Arc<OutcomeKeys> {
         let keys = self
             .outcome_keys
+            .0
             .get_or_init(|| Arc::new(OutcomeKeys::new(function, &self.name)));
-        if keys.function == function && keys.operation == self.name {
+        if keys.is_for(function, &self.name) {
             Arc::clone(keys)
         } else {
-            Arc::new(OutcomeKeys::new(function, &self.name))
+            Arc::new(OutcomeKeys::uncached(function, &self.name))
         }
     }
 
@@ -613,5 +614,16 @@ mod tests {
         ));
         assert!(std::panic::catch_unwind(|| builder().function_name("a#b").build()).is_err());
         assert!(builder().function_name("my-fn").try_build().is_ok());
+    }
+}
+
+/// An operation's outcome counters, built by its first call and shared by its clones.
+/// Its `Debug` shows nothing: it changes after the first call.
+#[derive(Clone, Default)]
+pub(crate) struct OutcomeKeysCache(Arc<OnceLock<Arc<OutcomeKeys>>>);
+
+impl std::fmt::Debug for OutcomeKeysCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
     }
 }

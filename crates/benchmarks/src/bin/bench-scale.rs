@@ -963,6 +963,24 @@ async fn main() {
         println!("\n== volume: {records} records");
         volume::table(records).await;
     }
+    // The records of every variant, gone: millions of keys that live for days would slow
+    // every later listing of the Redis the tests share.
+    let patterns = [
+        "bench-scale:*",
+        "bench-raw:*",
+        "bench-raw-msg:*",
+        "bench-volume:*",
+    ];
+    let mut nodes = vec![redis_url()];
+    if let Ok(cluster) = std::env::var("REDIS_CLUSTER_TEST_URLS") {
+        nodes.extend(cluster.split(',').map(str::to_owned));
+    }
+    for node in nodes {
+        match benchmarks::purge_redis(&node, &patterns).await {
+            Ok(n) => eprintln!("deleted {n} benchmark keys on {node}"),
+            Err(e) => eprintln!("could not delete the benchmark keys on {node}: {e}"),
+        }
+    }
 }
 
 mod volume {

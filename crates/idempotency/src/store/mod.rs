@@ -241,7 +241,8 @@ impl StoreLimits {
 ///
 /// [`conformance`] (feature `conformance`) checks all of this.
 pub trait IdempotencyStore: Send + Sync + Debug {
-    /// The backend's name, for errors and logs.
+    /// The backend's name, for errors, logs and the `store` label of the metrics: one
+    /// name for the store's life (a handle builds its metric keys with it once).
     fn name(&self) -> &'static str;
 
     /// The size limits the engine enforces before writing.

@@ -6,6 +6,7 @@
 //! `redis-server` of the test's own. Every test writes under its own key prefix.
 #![cfg(feature = "redis")]
 
+mod bounds;
 mod cluster;
 mod connection;
 mod server;

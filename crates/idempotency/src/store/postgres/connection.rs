@@ -45,13 +45,10 @@ impl PostgresStore {
         };
         // Within an engine attempt as short as our bound, the engine's timer is the one
         // (its cut-off drops the unfinished call, which drops the connection).
-        if attempt_bound::engine_bounds_within(self.request_timeout) {
-            return call.done(request.await.map_err(|e| self.pg_error(e)));
-        }
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(result) => call.done(result.map_err(|e| self.pg_error(e))),
+        match attempt_bound::own_bound(self.request_timeout, request).await {
+            Some(result) => call.done(result.map_err(|e| self.pg_error(e))),
             // Dropping the unfinished call drops the connection.
-            Err(_) => Err(self.timed_out("answer", self.request_timeout)),
+            None => Err(self.timed_out("answer", self.request_timeout)),
         }
     }
 
@@ -87,8 +84,11 @@ impl PostgresStore {
         if !std::ptr::eq(cache.0.as_ptr(), Arc::as_ptr(client)) {
             *cache = (Arc::downgrade(client), Default::default());
         }
-        if !cache.1.iter().any(|(text, _, _)| text == sql) {
-            cache.1.push((sql.to_owned(), origin, statement.clone()));
+        // One entry per text; an entry cached as a copy learns the address, so that a
+        // lookup by address finds it.
+        match cache.1.iter_mut().find(|(text, _, _)| text == sql) {
+            Some((_, from, _)) => *from = from.or(origin),
+            None => cache.1.push((sql.to_owned(), origin, statement.clone())),
         }
         Ok(statement)
     }

@@ -167,13 +167,9 @@ impl RedisStore {
             }
         };
         // Within an engine attempt as short as our bound, the engine's timer is the one.
-        let result = if attempt_bound::engine_bounds_within(self.request_timeout) {
-            request.await
-        } else {
-            tokio::time::timeout(self.request_timeout, request)
-                .await
-                .unwrap_or_else(|_| Err(self.timed_out()))
-        };
+        let result = attempt_bound::own_bound(self.request_timeout, request)
+            .await
+            .unwrap_or_else(|| Err(self.timed_out()));
         in_flight.answered = true;
         if let Err(e) = &result
             && breaks_connection(e)

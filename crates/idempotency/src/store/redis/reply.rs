@@ -53,7 +53,8 @@ const NAMES: [&str; 6] = [
 /// A hash's fields that make a record, each value moved out of the reply, not copied, and
 /// no name turned into a string: this is the replay path, run for every duplicate. Other
 /// fields are counted, not kept (a hash holding only those is no record, not an absent
-/// one).
+/// one), and not read: a field that is not ours, even one that is not UTF-8 text, does
+/// not make the record malformed.
 #[derive(Debug, Default)]
 pub(super) struct Fields {
     values: [Option<String>; NAMES.len()],
@@ -97,7 +98,7 @@ impl Fields {
                 self.values[slot] = Some(text);
                 Ok(())
             }
-            None => Err(malformed(id, "a field's value is not UTF-8 text")),
+            None => Err(malformed(id, "a field or value is not UTF-8 text")),
         }
     }
 
@@ -119,7 +120,7 @@ pub(super) fn fields(id: &str, value: Value) -> Result<Fields, Error> {
         match v {
             Value::BulkString(bytes) => Ok(bytes.as_slice()),
             Value::SimpleString(s) => Ok(s.as_bytes()),
-            _ => Err(malformed(id, "a field's name is not text")),
+            _ => Err(malformed(id, "a field or value is not UTF-8 text")),
         }
     }
     let mut out = Fields::default();

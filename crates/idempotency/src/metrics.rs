@@ -364,4 +364,17 @@ mod tests {
         known.sort_unstable();
         assert_eq!(sorted, known);
     }
+
+    /// An operation's `Debug` (which holds these) shows the names, never the keys.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn outcome_keys_show_their_names_only() {
+        let keys = OutcomeKeys::new("f", "op");
+        assert_eq!(
+            format!("{keys:?}"),
+            r#"OutcomeKeys { function: "f", operation: "op", .. }"#
+        );
+        assert!(keys.is_for("f", "op"));
+        assert!(!keys.is_for("g", "op") && !keys.is_for("f", "other"));
+    }
 }

@@ -698,3 +698,38 @@ fn an_abandoned_claim_is_counted_as_claim_abandoned() {
         2
     );
 }
+
+/// One operation used by the handles of two functions (a shared `static`, as the macro
+/// keeps one) counts each call under its own handle's function, never the first's.
+#[test]
+fn an_operation_shared_by_two_functions_counts_each_under_its_own_name() {
+    let op = Operation::new("send", KeyStrategy::field("id"));
+    let all = recorded(|| {
+        let op = op.clone();
+        async move {
+            for function in ["first", "second", "first", "second", "second"] {
+                let idempotency = Idempotency::builder(MemoryStore::new())
+                    .function_name(function)
+                    .build();
+                idempotency
+                    .execute(&op, &json!({"id": "a"}), || async { Ok::<_, String>(1u8) })
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let executed = |function| {
+        counter(
+            &all,
+            OUTCOMES,
+            &[
+                ("function", function),
+                ("operation", "send"),
+                ("outcome", "executed"),
+            ],
+        )
+    };
+    assert_eq!((executed("first"), executed("second")), (2, 3));
+    let series = all.keys().filter(|(name, _)| name == OUTCOMES).count();
+    assert_eq!(series, 2, "one series per function, nothing else: {all:?}");
+}

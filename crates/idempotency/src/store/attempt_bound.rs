@@ -171,5 +171,24 @@ mod tests {
         .await;
         assert!(seen, "seen during the engine's poll, with its waker");
         assert!(!engine_bounds_within(own, &cx), "restored after it");
+        // The same task, polled again after the engine's poll: no bound left behind.
+        let after = std::future::poll_fn(|cx| Poll::Ready(engine_bounds_within(own, cx))).await;
+        assert!(!after, "restored after it, for the engine's own task too");
+    }
+
+    #[tokio::test]
+    async fn a_nested_executor_inside_the_engines_poll_is_not_the_engine() {
+        let own = Duration::from_secs(5);
+        let seen = within(
+            Duration::from_secs(2),
+            Box::pin(std::future::poll_fn(|_| {
+                // As `block_on` inside the engine's poll polls with a waker of its own.
+                let waker = futures_util::task::noop_waker();
+                let nested = Context::from_waker(&waker);
+                Poll::Ready(engine_bounds_within(own, &nested))
+            })),
+        )
+        .await;
+        assert!(!seen, "another waker's poll keeps the store's own timer");
     }
 }

@@ -116,8 +116,18 @@ impl std::fmt::Debug for OutcomeKeys {
 impl OutcomeKeys {
     /// The keys of every outcome, built now.
     pub(crate) fn new(function: &str, operation: &str) -> Self {
+        Self::of(function, operation, true)
+    }
+
+    /// No key built ahead: for a call under another function's name than the one its
+    /// operation cached, each count builds the one key it needs.
+    pub(crate) fn uncached(function: &str, operation: &str) -> Self {
+        Self::of(function, operation, false)
+    }
+
+    fn of(function: &str, operation: &str, cached: bool) -> Self {
         #[cfg(not(feature = "metrics"))]
-        let _ = (function, operation);
+        let _ = (function, operation, cached);
         Self {
             #[cfg(feature = "metrics")]
             function: function.to_owned(),
@@ -126,6 +136,7 @@ impl OutcomeKeys {
             #[cfg(feature = "metrics")]
             keys: OUTCOME_LABELS
                 .iter()
+                .filter(|_| cached)
                 .map(|outcome| {
                     metrics::Key::from_parts(
                         OUTCOMES,
@@ -137,21 +148,6 @@ impl OutcomeKeys {
                     )
                 })
                 .collect(),
-        }
-    }
-
-    /// No key built ahead: for a call under another function's name than the one its
-    /// operation cached, each count builds the one key it needs.
-    pub(crate) fn uncached(function: &str, operation: &str) -> Self {
-        #[cfg(not(feature = "metrics"))]
-        let _ = (function, operation);
-        Self {
-            #[cfg(feature = "metrics")]
-            function: function.to_owned(),
-            #[cfg(feature = "metrics")]
-            operation: operation.to_owned(),
-            #[cfg(feature = "metrics")]
-            keys: Vec::new(),
         }
     }
 

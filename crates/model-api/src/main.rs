@@ -9,7 +9,7 @@
 use lambda_http::Error;
 use model_api::{Api, Settings};
 use model_worker::startup::Phases;
-use model_worker::{ModelClient, WorkerConfig, idempotency_starting};
+use model_worker::{ModelClient, WorkerConfig, secret_and_store};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -26,23 +26,11 @@ async fn main() -> Result<(), Error> {
         }
     });
     // Neither needs the other: the secret's request and the store's set-up overlap.
-    let (secret, store) = tokio::join!(
-        async {
-            match config.model_api_key_secret_arn {
-                Some(_) => Some(
-                    phases
-                        .time_async("secret", config.clone().read_secrets())
-                        .await,
-                ),
-                None => None,
-            }
-        },
-        idempotency_starting(&config, &phases)
-    );
-    let config = match secret {
-        None => config,
-        Some(Ok(config)) => config,
-        Some(Err(e)) => stop(&e),
+    // Whichever fails, the process stops with status 2 (the secret's problem first).
+    let (config, store) = secret_and_store(&config, &phases).await;
+    let config = match config {
+        Ok(config) => config,
+        Err(e) => stop(&e),
     };
     let api = async {
         let (idempotency, check) = store?;

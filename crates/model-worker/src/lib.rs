@@ -40,5 +40,5 @@ pub use secret::SecretError;
 pub use startup::{Phases, StoreCheck};
 pub use worker::{
     Answer, Delivery, Refusal, Source, TableCheck, Worker, idempotency_from_config,
-    idempotency_starting,
+    idempotency_starting, secret_and_store,
 };

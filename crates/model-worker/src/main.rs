@@ -12,7 +12,7 @@
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use model_worker::startup::Phases;
-use model_worker::{Worker, WorkerConfig, idempotency_starting};
+use model_worker::{Worker, WorkerConfig, secret_and_store};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -26,24 +26,10 @@ async fn main() -> Result<(), Error> {
     };
     // Neither needs the other: the secret's request and the store's set-up overlap.
     // Whichever fails, the process stops with status 2 (the secret's problem first).
-    let (secret, store) = tokio::join!(
-        async {
-            match config.model_api_key_secret_arn {
-                Some(_) => Some(
-                    phases
-                        .time_async("secret", config.clone().read_secrets())
-                        .await,
-                ),
-                None => None,
-            }
-        },
-        // So does a store that cannot work: a server that does not answer.
-        idempotency_starting(&config, &phases)
-    );
-    let config = match secret {
-        None => config,
-        Some(Ok(config)) => config,
-        Some(Err(e)) => stop(&e),
+    let (config, store) = secret_and_store(&config, &phases).await;
+    let config = match config {
+        Ok(config) => config,
+        Err(e) => stop(&e),
     };
     let worker = async {
         let (idempotency, check) = store?;

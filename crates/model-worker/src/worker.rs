@@ -417,6 +417,29 @@ pub async fn idempotency_starting(
     Ok((idempotency, TableCheck(table)))
 }
 
+/// Start-up's two waits side by side, neither needing the other: the configuration with
+/// its secret read (when one is configured: the `secret` phase), and the handle with its
+/// table check still to start ([`idempotency_starting`]). Both binaries start this way.
+pub async fn secret_and_store(
+    config: &WorkerConfig,
+    phases: &Phases,
+) -> (
+    Result<WorkerConfig, crate::ConfigError>,
+    Result<(Idempotency, TableCheck), Error>,
+) {
+    let secret = async {
+        match config.model_api_key_secret_arn {
+            Some(_) => {
+                phases
+                    .time_async("secret", config.clone().read_secrets())
+                    .await
+            }
+            None => Ok(config.clone()),
+        }
+    };
+    tokio::join!(secret, idempotency_starting(config, phases))
+}
+
 /// The DynamoDB table's start-up check, not started yet: is the table there, may this role
 /// read it, is it keyed as configured. Nothing to check for the other stores.
 #[derive(Debug)]

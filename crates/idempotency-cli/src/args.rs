@@ -22,10 +22,10 @@ pub(crate) struct Args {
 pub(crate) enum Command {
     /// `get ID [--data]`.
     Get { id: String, data: bool },
-    /// `forget ID [--if-token TOKEN]`.
+    /// `forget ID [--if-version V]`.
     Forget {
         id: String,
-        if_token: Option<String>,
+        if_version: Option<String>,
     },
     /// `list [filters]`.
     List(ListArgs),
@@ -45,8 +45,9 @@ pub(crate) struct ListArgs {
     pub(crate) stuck_for: Option<Duration>,
     /// `--page-size N`: items one store request reads (default 100).
     pub(crate) page_size: usize,
-    /// `--max-items N`: stop after the page that reaches this many items read (default
-    /// 10 000).
+    /// `--max-items N`: stop after the page that reaches this many items examined, matching
+    /// or not (default 10 000): a prefix that matches few of a big store's items still
+    /// ends.
     pub(crate) max_items: usize,
     /// `--data`: include each stored result.
     pub(crate) data: bool,
@@ -58,7 +59,7 @@ lambda-idempotency: read, list and forget idempotency records
 
 usage:
   lambda-idempotency [--store URL] [--json] [--quiet] get ID [--data]
-  lambda-idempotency [--store URL] [--json] [--quiet] forget ID [--if-token TOKEN]
+  lambda-idempotency [--store URL] [--json] [--quiet] forget ID [--if-version V]
   lambda-idempotency [--store URL] [--json] [--quiet] list [--prefix P]
       [--status in-progress|completed] [--stuck | --stuck-for DURATION]
       [--page-size N] [--max-items N] [--data]
@@ -67,16 +68,26 @@ stores (--store, else the worker's IDEMPOTENCY_STORE and its variables):
   dynamodb://TABLE           region, credentials and endpoint from the AWS variables;
                              IDEMPOTENCY_TABLE_PARTITION_KEY, _SORT_KEY, _PARTITION_VALUE
                              (with a sort key: _PARTITION_VALUE, or AWS_LAMBDA_FUNCTION_NAME)
-  redis://HOST:PORT          rediss:// for TLS; several comma-separated URLs: a cluster;
+  redis://HOST:PORT          rediss:// for TLS; a cluster through any of its nodes (found
+                             by asking it) or several comma-separated URLs;
                              IDEMPOTENCY_REDIS_NAMESPACE
   postgres://USER@HOST/DB    IDEMPOTENCY_TABLE (default idempotency)
 
 durations: 90s, 10m, 2h, 1d (or seconds)
 
+--json: one JSON document on stdout whatever happens, an error too ({\"error\": ..., \"exit\": N}).
+
+forget deletes the record only if it is still as read: by itself, as it reads it just
+before; with --if-version, as `get` showed it (its `version`): a claim, completion or
+takeover since then is never deleted.
+
+list stops after --max-items items examined (default 10000; a prefix may match few of
+them), and says so; --page-size (default 100, at most 1000) is how many one request reads.
+
 exit status:
-  0  done (get: found; forget: deleted; list: listed)
-  1  the store failed (unreachable, denied, malformed record)
-  2  a usage or configuration error
+  0  done (get: found; forget: deleted, or gone already; list: listed)
+  1  the store failed (unreachable, timed out, denied, malformed record)
+  2  a usage or configuration error (a malformed URL, a refused password, a setting)
   3  no record has the id
   4  forget: the record changed since it was read (claimed, completed, taken over); nothing deleted
 ";
@@ -116,17 +127,17 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, Stri
             }
         }
         Some("forget") => {
-            let (mut id, mut if_token) = (None, None);
+            let (mut id, mut if_version) = (None, None);
             let mut rest = rest.into_iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
-                    "--if-token" => if_token = Some(value(&mut rest, "--if-token")?),
+                    "--if-version" => if_version = Some(value(&mut rest, "--if-version")?),
                     _ => positional(&mut id, arg)?,
                 }
             }
             Command::Forget {
                 id: id.ok_or("forget: which id?")?,
-                if_token,
+                if_version,
             }
         }
         Some("list") => Command::List(list_args(rest)?),
@@ -240,10 +251,10 @@ mod tests {
             }
         );
         assert_eq!(
-            args("forget f.op#k --if-token abc").unwrap().command,
+            args("forget f.op#k --if-version abc").unwrap().command,
             Command::Forget {
                 id: "f.op#k".into(),
-                if_token: Some("abc".into())
+                if_version: Some("abc".into())
             }
         );
         let Command::List(list) = args("list --prefix f.op# --stuck-for 10m --page-size 5 -q")
@@ -267,7 +278,7 @@ mod tests {
             ("get", "which id"),
             ("get a b", "one id"),
             ("get a --date", "unknown argument"),
-            ("forget a --if-token", "needs a value"),
+            ("forget a --if-version", "needs a value"),
             ("list --status done", "in-progress or completed"),
             ("list --stuck-for 10 minutes", "unknown argument"),
             ("list --stuck-for 10x", "not a duration"),

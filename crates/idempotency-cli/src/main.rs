@@ -11,8 +11,9 @@ use args::{Args, Command, ListArgs, USAGE};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::store::{Forgotten, ListRequest};
 use serde_json::json;
+use std::io::Write;
 use std::process::ExitCode;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use target::OpenError;
 
 /// The store failed.
@@ -29,6 +30,10 @@ async fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(e) => {
+            // `--json` may be among what did not parse: look for it alone.
+            if std::env::args().any(|a| a == "--json") {
+                failed_json(&e, USAGE_ERROR);
+            }
             eprintln!("error: {e}\n\n{USAGE}");
             return ExitCode::from(USAGE_ERROR);
         }
@@ -37,29 +42,40 @@ async fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    // As the worker reads them: trimmed, and empty is unset.
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
     let handle = match target::url(args.store.clone(), &env) {
         Ok(url) => target::open(&url, &env).await,
         Err(e) => Err(OpenError::Setting(e)),
     };
     let handle = match handle {
         Ok(handle) => handle,
-        Err(OpenError::Setting(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(USAGE_ERROR);
-        }
-        Err(OpenError::Unreachable(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(STORE_FAILED);
-        }
+        Err(OpenError::Setting(e)) => return fail(&args, &e, USAGE_ERROR),
+        Err(OpenError::Unreachable(e)) => return fail(&args, &e, STORE_FAILED),
     };
     match run(&args, &handle).await {
         Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {}", lambda_idempotency::report(&e));
-            ExitCode::from(STORE_FAILED)
-        }
+        Err(e) => fail(&args, &lambda_idempotency::report(&e), STORE_FAILED),
     }
+}
+
+/// Ends with `code`, saying why on stderr, and on stdout too as JSON with `--json`, so a
+/// script reading stdout always gets one document.
+fn fail(args: &Args, why: &str, code: u8) -> ExitCode {
+    if args.json {
+        failed_json(why, code);
+    }
+    eprintln!("error: {why}");
+    ExitCode::from(code)
+}
+
+fn failed_json(why: &str, code: u8) {
+    out(&json!({"error": why, "exit": code}).to_string());
 }
 
 async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency::Error> {
@@ -82,7 +98,7 @@ async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency
                 Ok(0)
             }
         },
-        Command::Forget { id, if_token } => {
+        Command::Forget { id, if_version } => {
             let Some(read) = handle.record_by_id(id).await? else {
                 say(
                     args,
@@ -91,39 +107,52 @@ async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency
                 );
                 return Ok(NO_RECORD);
             };
-            if if_token.is_some() && read.lease_token != *if_token {
+            // The operator decided on the record as `get` showed it: if it is no longer
+            // that one (completed since, say, with its claim's token), nothing is deleted.
+            if let Some(version) = if_version
+                && output::version(&read) != *version
+            {
                 say(
                     args,
                     json!({"id": id, "forgotten": false, "changed": true, "record": output::json(&read, now, false)}),
                     &format!(
-                        "not forgotten: its lease token is no longer {:?}; read it again\n{}",
-                        if_token.as_deref().unwrap_or_default(),
+                        "not forgotten: it is no longer the record of version {version}; read it again\n{}",
                         output::human(&read, now, false).trim_end()
                     ),
                 );
                 return Ok(CHANGED);
             }
-            let (code, text) = match handle.forget(&read).await? {
+            let (code, forgotten, text) = match handle.forget(&read).await? {
                 Forgotten::Deleted => (
                     0,
+                    true,
                     "forgotten: the next delivery of its message runs the function again",
                 ),
                 Forgotten::Absent => (
                     0,
-                    "gone: the record was deleted before this request reached it (expired, forgotten, or this request's own earlier attempt)",
+                    false,
+                    "gone: the record was deleted before this request reached it (expired, forgotten, or this request's own earlier attempt whose answer was lost)",
                 ),
                 Forgotten::Changed => (
                     CHANGED,
-                    "not forgotten: the record changed since it was read (claimed, completed or taken over); read it again",
+                    false,
+                    "not forgotten: the record changed since it was read (claimed, completed or taken over; or this request's own earlier attempt deleted it, its answer was lost, and a new claim came since); read it again",
                 ),
                 _ => (
                     STORE_FAILED,
+                    false,
                     "not forgotten: an answer this tool does not know",
                 ),
             };
             say(
                 args,
-                json!({"id": id, "forgotten": code == 0, "changed": code == CHANGED, "record": output::json(&read, now, false)}),
+                json!({
+                    "id": id,
+                    "forgotten": forgotten,
+                    "absent": code == 0 && !forgotten,
+                    "changed": code == CHANGED,
+                    "record": output::json(&read, now, false),
+                }),
                 &format!("{}\n{text}", output::human(&read, now, false)),
             );
             Ok(code)
@@ -132,8 +161,8 @@ async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency
     }
 }
 
-/// Pages through the store until the end or `--max-items`, keeping what the filters
-/// match; progress on stderr after each page.
+/// Pages through the store until the end or `--max-items` examined, keeping what the
+/// filters match; progress on stderr at most once a second.
 async fn listing(
     args: &Args,
     list: &ListArgs,
@@ -141,11 +170,14 @@ async fn listing(
     now: SystemTime,
 ) -> Result<u8, lambda_idempotency::Error> {
     let mut request = ListRequest::new(list.prefix.clone(), list.page_size);
-    let (mut scanned, mut matched, mut unreadable) = (0usize, Vec::new(), Vec::new());
+    let (mut examined, mut read, mut matched, mut unreadable) =
+        (0usize, 0usize, Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
+    let mut said = Instant::now();
     let complete = loop {
         let page = handle.list(&request).await?;
-        scanned += page.records.len() + page.unreadable.len();
+        examined = examined.saturating_add(page.examined);
+        read += page.records.len() + page.unreadable.len();
         unreadable.extend(page.unreadable);
         for record in page.records {
             let keep = list.status.is_none_or(|s| record.status == s)
@@ -157,15 +189,26 @@ async fn listing(
                 matched.push(record);
             }
         }
-        if !args.quiet {
-            eprintln!("scanned {scanned} records, {} match", matched.len());
-        }
-        match page.next {
+        let next = match page.next {
             None => break true,
-            Some(_) if scanned >= list.max_items => break false,
-            next => request = request.after(next),
+            Some(_) if examined >= list.max_items => break false,
+            next => next,
+        };
+        if !args.quiet && said.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "examined {examined}, {read} records read, {} match",
+                matched.len()
+            );
+            said = Instant::now();
         }
+        request = request.after(next);
     };
+    if !args.quiet {
+        eprintln!(
+            "examined {examined}, {read} records read, {} match",
+            matched.len()
+        );
+    }
     if args.json {
         let records: Vec<_> = matched
             .iter()
@@ -175,35 +218,58 @@ async fn listing(
             .iter()
             .map(|(id, why)| json!({"id": id, "why": why}))
             .collect();
-        println!(
-            "{}",
-            json!({"records": records, "scanned": scanned, "complete": complete, "unreadable": unreadable})
-        );
+        out(&json!({"records": records, "examined": examined, "read": read, "complete": complete, "unreadable": unreadable}).to_string());
     } else {
+        let mut text = String::new();
         for record in &matched {
-            println!("{}", output::summary(record, now));
+            text.push_str(&output::summary(record, now));
+            text.push('\n');
             if list.data
                 && let Some(data) = &record.data
             {
-                println!("            {data}");
+                text.push_str(&format!("            {}\n", output::shown(data)));
             }
         }
         for (id, why) in &unreadable {
-            println!("UNREADABLE  {id}: {why}");
+            text.push_str(&format!(
+                "UNREADABLE  {}: {}\n",
+                output::shown(id),
+                output::shown(why)
+            ));
         }
-        println!("{} matching of {scanned} scanned", matched.len());
+        text.push_str(&format!(
+            "{} matching of {read} records read ({examined} items examined)",
+            matched.len()
+        ));
         if !complete {
-            println!("stopped at --max-items {}: there are more", list.max_items);
+            text.push_str(&format!(
+                "\nstopped at --max-items {} examined: there are more (raise --max-items, or --page-size up to 1000)",
+                list.max_items
+            ));
         }
+        out(&text);
     }
     Ok(0)
+}
+
+/// Prints `text` and a newline on stdout. A reader that went away (`| head`) ends the
+/// process quietly, with the status a shell gives a broken pipe, instead of a panic.
+fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(i32::from(STORE_FAILED));
+    }
 }
 
 /// `value` with `--json`, else `text`.
 fn say(args: &Args, value: serde_json::Value, text: &str) {
     if args.json {
-        println!("{value}");
+        out(&value.to_string());
     } else {
-        println!("{text}");
+        out(text);
     }
 }

@@ -10,7 +10,47 @@ pub(crate) fn is_stuck(record: &Record, now: SystemTime, for_at_least: Duration)
     record.status == Status::InProgress
         && record
             .in_progress_expiration
-            .is_some_and(|end| end + for_at_least < now)
+            .and_then(|end| end.checked_add(for_at_least))
+            .is_some_and(|stuck_from| stuck_from < now)
+}
+
+/// The record as read, in 16 hex digits: what `forget --if-version` compares, built from
+/// every field whose change makes a delete refuse ([`Record::is_as_read`]: status,
+/// expiry, lease end, lease token). A completion keeps its claim's token, so the token
+/// alone would not tell a stuck claim from the answer its worker stored since.
+pub(crate) fn version(record: &Record) -> String {
+    let fields = format!(
+        "{}\0{}\0{}\0{}",
+        record.status.as_str(),
+        epoch_secs(record.expiration),
+        record
+            .in_progress_expiration
+            .map_or(String::new(), |end| epoch_millis(end).to_string()),
+        record.lease_token.as_deref().unwrap_or_default(),
+    );
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let hash = fields.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// `text` safe for a terminal: control characters (an escape sequence in an id that came
+/// from a message could rewrite the lines above it) shown escaped, as Rust writes them.
+pub(crate) fn shown(text: &str) -> String {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    } else {
+        text.to_owned()
+    }
 }
 
 /// The record as JSON.
@@ -27,6 +67,7 @@ pub(crate) fn json(record: &Record, now: SystemTime, data: bool) -> Value {
         "result_bytes": record.data.as_ref().map(String::len),
         "validation": record.validation.is_some(),
         "lease_token": record.lease_token,
+        "version": version(record),
     });
     if let Some(end) = record.in_progress_expiration {
         value["in_progress_expiration_utc"] = Utc(end).to_string().into();
@@ -43,7 +84,7 @@ pub(crate) fn human(record: &Record, now: SystemTime, data: bool) -> String {
     let mut line = |name: &str, value: String| {
         out.push_str(&format!("{name:<12} {value}\n"));
     };
-    line("id", record.id.clone());
+    line("id", shown(&record.id));
     line("status", record.status.as_str().to_owned());
     line("expires", when(record.expiration, now));
     if let Some(end) = record.in_progress_expiration {
@@ -69,10 +110,14 @@ pub(crate) fn human(record: &Record, now: SystemTime, data: bool) -> String {
     );
     line(
         "lease token",
-        record.lease_token.clone().unwrap_or_else(|| "none".into()),
+        record
+            .lease_token
+            .as_deref()
+            .map_or_else(|| "none".into(), shown),
     );
+    line("version", version(record));
     if data && let Some(d) = &record.data {
-        line("data", d.clone());
+        line("data", shown(d));
     }
     out
 }
@@ -102,7 +147,7 @@ pub(crate) fn summary(record: &Record, now: SystemTime) -> String {
         "{:<10}  {:<26}  {}",
         record.status.as_str(),
         state,
-        record.id
+        shown(&record.id)
     )
 }
 
@@ -160,5 +205,56 @@ mod tests {
         assert!(human(&record, now, true).contains("secret"));
         assert_eq!(json(&record, now, true)["data"], "\"secret answer\"");
         assert_eq!(json(&record, now, false)["result_bytes"], 15);
+    }
+
+    /// `--stuck-for` as long as a duration can be is "never stuck", not a panic.
+    #[test]
+    fn the_longest_stuck_for_finds_nothing() {
+        let now = from_epoch_secs(1_800_000_000);
+        let mut record = Record::new("f.op#k", Status::InProgress, now);
+        record.in_progress_expiration = Some(now - Duration::from_secs(60));
+        assert!(!is_stuck(&record, now, Duration::MAX));
+        assert!(is_stuck(&record, now, Duration::from_secs(59)));
+    }
+
+    /// Each field a conditional delete compares changes the version; the data does not.
+    #[test]
+    fn the_version_changes_with_what_forget_compares() {
+        let now = from_epoch_secs(1_800_000_000);
+        let mut claim = Record::new("f.op#k", Status::InProgress, now);
+        claim.in_progress_expiration = Some(now - Duration::from_secs(60));
+        claim.lease_token = Some("tok".into());
+        let v = version(&claim);
+        assert_eq!(v.len(), 16);
+        assert_eq!(v, version(&claim.clone()));
+        let mut completed = claim.clone();
+        completed.status = Status::Completed;
+        let mut later = claim.clone();
+        later.expiration += Duration::from_secs(1);
+        let mut extended = claim.clone();
+        extended.in_progress_expiration = Some(now);
+        let mut taken = claim.clone();
+        taken.lease_token = Some("other".into());
+        let mut unleased = claim.clone();
+        unleased.in_progress_expiration = None;
+        for changed in [completed, later, extended, taken, unleased] {
+            assert_ne!(version(&changed), v, "{changed:?}");
+        }
+        let mut with_data = claim.clone();
+        with_data.data = Some("x".into());
+        assert_eq!(version(&with_data), v);
+    }
+
+    /// An id from a message is shown, not obeyed: no escape sequence reaches the terminal.
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        let now = from_epoch_secs(1_800_000_000);
+        let mut record = Record::new("f.op#a\u{1b}[1A\u{1b}[2K\rb", Status::Completed, now);
+        record.data = Some("\"x\u{7}\"".into());
+        for text in [human(&record, now, true), summary(&record, now)] {
+            assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+            assert!(text.contains(r"f.op#a\u{1b}[1A\u{1b}[2K\rb"), "{text:?}");
+        }
+        assert_eq!(shown("plain é"), "plain é");
     }
 }

@@ -13,6 +13,10 @@ pub(crate) fn url(
     store: Option<String>,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<String, String> {
+    if env("IDEMPOTENCY_KEY_PREFIX").is_some() {
+        // The worker refuses it at start-up; read without it, every id would be "none".
+        return Err("IDEMPOTENCY_KEY_PREFIX was renamed IDEMPOTENCY_REDIS_NAMESPACE: set that (same value) and remove the old one".into());
+    }
     if let Some(url) = store {
         return Ok(url);
     }
@@ -20,7 +24,15 @@ pub(crate) fn url(
         |name: &str| env(name).ok_or_else(|| format!("--store is not given and {name} is not set"));
     match env("IDEMPOTENCY_STORE").as_deref() {
         None | Some("dynamodb") => Ok(format!("dynamodb://{}", need("IDEMPOTENCY_TABLE")?)),
-        Some("redis" | "redis-cluster") => need("REDIS_URL"),
+        // As the worker reads it: `redis` takes the first URL of a list, `redis-cluster`
+        // every one (and a single node of a cluster is found to be one either way).
+        Some("redis") => Ok(need("REDIS_URL")?
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()),
+        Some("redis-cluster") => need("REDIS_URL"),
         Some("postgres") => need("DATABASE_URL"),
         Some("memory") => Err("IDEMPOTENCY_STORE=memory lives inside the worker's process: there is nothing to read from outside".into()),
         Some(other) => Err(format!("IDEMPOTENCY_STORE={other:?} is not one of dynamodb, redis, redis-cluster, postgres")),
@@ -41,11 +53,20 @@ pub(crate) async fn open(
     url: &str,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<Idempotency, OpenError> {
+    // A store that may answer later (refused, timed out) is unreachable; one that never
+    // will (a URL that does not parse, a password refused) is a setting to fix.
     let named = |e: lambda_idempotency::Error| {
         let text = format!("{}: {}", redacted(url), lambda_idempotency::report(&e));
-        match e {
-            lambda_idempotency::Error::Store { .. } => OpenError::Unreachable(text),
-            _ => OpenError::Setting(text),
+        if matches!(
+            e,
+            lambda_idempotency::Error::Store {
+                retryable: true,
+                ..
+            }
+        ) {
+            OpenError::Unreachable(text)
+        } else {
+            OpenError::Setting(text)
         }
     };
     let handle = if let Some(table) = url.strip_prefix("dynamodb://") {
@@ -89,7 +110,16 @@ pub(crate) async fn open(
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         let nodes: Vec<&str> = url.split(',').map(str::trim).collect();
         let store = match nodes[..] {
-            [one] => RedisStore::connect(one).await,
+            [one] => {
+                // A cluster's configuration endpoint is one URL too: through one node,
+                // the tool would miss every other node's keys.
+                let store = RedisStore::connect(one).await.map_err(named)?;
+                if store.is_one_node_of_a_cluster().await.map_err(named)? {
+                    RedisStore::connect_cluster([one]).await
+                } else {
+                    Ok(store)
+                }
+            }
             _ => RedisStore::connect_cluster(nodes).await,
         }
         .map_err(named)?;
@@ -106,15 +136,16 @@ pub(crate) async fn open(
     Ok(handle)
 }
 
-/// `url` without what could be secret: the user and password, the path's query.
+/// `url` without what could be secret: the user and password, the path's query. Everything
+/// up to the last `@` goes first: a password may hold `?`, `#` or `/` unescaped.
 pub(crate) fn redacted(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let Some((scheme, rest)) = one.split_once("://") else {
                 return "<not a URL>".to_owned();
             };
-            let rest = rest.split(['?', '#']).next().unwrap_or_default();
             let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            let rest = rest.split(['?', '#']).next().unwrap_or_default();
             format!("{scheme}://{rest}")
         })
         .collect::<Vec<_>>()
@@ -136,6 +167,19 @@ mod tests {
             "postgres://db/test"
         );
         assert_eq!(redacted("host=db password=x"), "<not a URL>");
+        for url in [
+            "redis://:hun#ter2@127.0.0.1:6379",
+            "redis://:hun?ter2@127.0.0.1:6379",
+            "redis://:hun/ter2@127.0.0.1:6379",
+            "postgres://u:a@b#c?d@db/test",
+        ] {
+            let shown = redacted(url);
+            assert!(!shown.contains("ter2") && !shown.contains("b#c"), "{shown}");
+        }
+        assert_eq!(
+            redacted("redis://:hun#ter2@127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
     }
 
     /// With a sort key, every record lives under the worker's partition value, by default
@@ -189,6 +233,13 @@ mod tests {
             (&[("IDEMPOTENCY_STORE", "memory")][..], "inside the worker"),
             (&[("IDEMPOTENCY_STORE", "postgres")][..], "DATABASE_URL"),
             (&[("IDEMPOTENCY_STORE", "valkey")][..], "not one of"),
+            (
+                &[
+                    ("IDEMPOTENCY_TABLE", "t"),
+                    ("IDEMPOTENCY_KEY_PREFIX", "idem:"),
+                ][..],
+                "renamed IDEMPOTENCY_REDIS_NAMESPACE",
+            ),
         ] {
             let err = url(None, &env(vars)).unwrap_err();
             assert!(err.contains(says), "{err}");

@@ -13,7 +13,11 @@ use std::time::Duration;
 use test_support::every_backend;
 use test_support::stores::{Backend, TestStore};
 
-every_backend!(a_stuck_claim_is_found_read_and_forgotten_and_the_next_delivery_runs_once);
+every_backend!(
+    a_stuck_claim_is_found_read_and_forgotten_and_the_next_delivery_runs_once,
+    a_record_completed_after_it_was_read_is_not_forgotten,
+    a_listing_ends_at_its_bound_however_few_items_match,
+);
 
 /// The binary's exit status and its stdout as JSON.
 async fn command(store: &TestStore, args: &[&str]) -> (i32, Value) {
@@ -127,10 +131,11 @@ async fn a_stuck_claim_is_found_read_and_forgotten_and_the_next_delivery_runs_on
         assert_eq!(read["status"], "INPROGRESS");
         assert_eq!(read["lease_ended"], true);
         assert_eq!(read["result_stored"], false);
-        let token = read["lease_token"].as_str().unwrap().to_owned();
+        let version = read["version"].as_str().unwrap().to_owned();
 
-        // A forget conditioned on another token deletes nothing.
-        let (code, refused) = command(&store, &["forget", &id, "--if-token", "other"]).await;
+        // A forget conditioned on another version deletes nothing.
+        let (code, refused) =
+            command(&store, &["forget", &id, "--if-version", "0123456789abcdef"]).await;
         assert_eq!(
             (code, &refused["forgotten"]),
             (4, &json!(false)),
@@ -138,7 +143,7 @@ async fn a_stuck_claim_is_found_read_and_forgotten_and_the_next_delivery_runs_on
         );
 
         // Forget it as read.
-        let (code, forgot) = command(&store, &["forget", &id, "--if-token", &token]).await;
+        let (code, forgot) = command(&store, &["forget", &id, "--if-version", &version]).await;
         assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
         let (code, gone) = command(&store, &["get", &id]).await;
         assert_eq!((code, &gone["found"]), (3, &json!(false)), "{gone}");
@@ -195,6 +200,53 @@ async fn a_bad_url_is_a_usage_error_and_a_password_is_never_printed() {
     let (code, text) = run(&["--store", "redis://:hunter2@127.0.0.1:1", "get", "k"]).await;
     assert_eq!(code, 1, "an unreachable store: {text}");
     assert!(!text.contains("hunter2"), "{text}");
+    // An unescaped '#' in a password: the URL does not parse, and no part of it is shown.
+    let (code, text) = run(&["--store", "redis://:hun#ter2@127.0.0.1:1", "get", "k"]).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(!text.contains("ter2"), "a password holding '#': {text}");
+    // A URL that cannot parse is a setting to fix, not a store that failed.
+    for args in [
+        &["--store", "postgres://u:hunter2@db:notaport/x", "get", "k"],
+        &["--store", "redis://127.0.0.1:99999999", "get", "k"],
+    ] {
+        let (code, text) = run(args).await;
+        assert_eq!(code, 2, "{args:?}: {text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    // With --json, stdout is one JSON document whatever happens.
+    for (args, exit) in [
+        (
+            &[
+                "--json",
+                "--store",
+                "redis://:hunter2@127.0.0.1:1",
+                "get",
+                "k",
+            ][..],
+            1,
+        ),
+        (&["--json", "get", "k"][..], 2),
+        (&["--json", "frobnicate"][..], 2),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+            .args(args)
+            .env_remove("IDEMPOTENCY_STORE")
+            .env_remove("IDEMPOTENCY_TABLE")
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let value: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is no JSON ({e}): {stdout:?}"));
+        assert_eq!(out.status.code(), Some(exit), "{args:?}");
+        assert_eq!(value["exit"], exit, "{value}");
+        assert!(
+            value["error"]
+                .as_str()
+                .is_some_and(|e| !e.contains("hunter2")),
+            "{value}"
+        );
+    }
     let (code, text) = run(&["frobnicate"]).await;
     assert_eq!(code, 2, "{text}");
     let (code, text) = run(&["--help"]).await;
@@ -272,9 +324,210 @@ async fn a_single_table_is_read_under_the_worker_s_partition_value() {
     .await;
     assert_eq!(code, 0, "{listed}");
     assert_eq!(listed["records"][0]["id"], id, "{listed}");
+    // Without a prefix: every record under the partition value (the runbook's
+    // `list --stuck`).
+    let (code, every) = run(&["list", "--stuck"]).await;
+    assert_eq!(code, 0, "{every}");
+    assert_eq!(every["records"][0]["id"], id, "{every}");
     let (code, read) = run(&["get", "orders-worker.send#o-1"]).await;
     assert_eq!((code, &read["status"]), (0, &json!("INPROGRESS")), "{read}");
     let (code, forgot) = run(&["forget", "orders-worker.send#o-1"]).await;
     assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
     assert_eq!(store.get(id).await.unwrap(), None, "forgotten in the table");
+}
+
+/// A stuck claim's worker may still complete it after the operator read it, with the
+/// claim's own token: `forget --if-version` of the claim as read deletes nothing then,
+/// and the stored answer stays (deleting it would run the function again).
+async fn a_record_completed_after_it_was_read_is_not_forgotten(backend: Backend) {
+    use lambda_idempotency::store::Claim;
+    let store = TestStore::open(backend, "operator-race").await;
+    let now = std::time::SystemTime::now();
+    let id = format!("worker.race-{:08x}#k", fastrand_u32());
+    let claim = Claim::new(
+        id.as_str(),
+        now - Duration::from_secs(600),
+        now - Duration::from_secs(570),
+        "the-claim",
+    )
+    .expires_at(now + Duration::from_secs(3600));
+    store.store.claim(&claim).await.unwrap();
+    if backend == Backend::Memory {
+        // No other process reaches it: the same through the API the tool calls.
+        let read = store.store.get(&id).await.unwrap().unwrap();
+        store
+            .store
+            .complete(&claim, Some("\"done\""), now + Duration::from_secs(3600))
+            .await
+            .unwrap();
+        assert_eq!(store.store.forget(&read).await.unwrap(), Forgotten::Changed);
+        return;
+    }
+    let (code, read) = command(&store, &["get", &id]).await;
+    assert_eq!((code, &read["status"]), (0, &json!("INPROGRESS")), "{read}");
+    let version = read["version"].as_str().unwrap().to_owned();
+
+    store
+        .store
+        .complete(&claim, Some("\"done\""), now + Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let (code, refused) = command(&store, &["forget", &id, "--if-version", &version]).await;
+    assert_eq!(
+        (code, &refused["forgotten"], &refused["changed"]),
+        (4, &json!(false), &json!(true)),
+        "{backend}: the completion since the read is kept: {refused}"
+    );
+    let (code, kept) = command(&store, &["get", &id, "--data"]).await;
+    assert_eq!(
+        (code, &kept["status"], &kept["data"]),
+        (0, &json!("COMPLETED"), &json!("\"done\"")),
+        "{kept}"
+    );
+    let (code, forgot) = command(
+        &store,
+        &[
+            "forget",
+            &id,
+            "--if-version",
+            kept["version"].as_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
+}
+
+/// `--max-items` bounds what a listing examines, not only what it matches: a prefix that
+/// matches one record among many unrelated ones still ends (a DynamoDB `Scan`, a Redis
+/// `SCAN` over a shared keyspace), and says it stopped early; with room, it finds it.
+async fn a_listing_ends_at_its_bound_however_few_items_match(backend: Backend) {
+    use lambda_idempotency::store::Claim;
+    let store = TestStore::open(backend, "operator-bound").await;
+    let now = std::time::SystemTime::now();
+    let run = format!("bound-{:08x}", fastrand_u32());
+    let claim = |id: String| {
+        Claim::new(id, now, now + Duration::from_secs(60), "t")
+            .expires_at(now + Duration::from_secs(600))
+    };
+    for i in 0..40 {
+        store
+            .store
+            .claim(&claim(format!("worker.{run}-other#{i}")))
+            .await
+            .unwrap();
+    }
+    let mine = format!("worker.{run}-mine#k");
+    store.store.claim(&claim(mine.clone())).await.unwrap();
+    let prefix = format!("worker.{run}-mine#");
+    if backend == Backend::Memory {
+        // No other process reaches it: what the tool bounds on, through the API.
+        let page = store
+            .store
+            .list(&ListRequest::new(prefix, 1))
+            .await
+            .unwrap();
+        assert_eq!((page.records.len(), page.examined), (1, 1));
+        return;
+    }
+
+    let (code, bounded) = command(
+        &store,
+        &[
+            "list",
+            "--prefix",
+            &prefix,
+            "--page-size",
+            "1",
+            "--max-items",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{bounded}");
+    let examined = bounded["examined"].as_u64().unwrap();
+    if bounded["complete"] == json!(false) {
+        assert!((3..40).contains(&examined), "{backend}: {bounded}");
+    } else {
+        // Only a store that finds a prefix by its index (PostgreSQL) ends this soon.
+        assert_eq!(backend, Backend::Postgres, "{bounded}");
+        assert_eq!(bounded["records"][0]["id"], json!(mine), "{bounded}");
+    }
+    if backend != Backend::Postgres {
+        assert_eq!(bounded["complete"], json!(false), "{backend}: {bounded}");
+    }
+
+    let (code, whole) = command(
+        &store,
+        &[
+            "list",
+            "--prefix",
+            &prefix,
+            "--page-size",
+            "1000",
+            "--max-items",
+            "100000000",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{whole}");
+    assert_eq!(whole["complete"], json!(true), "{whole}");
+    let ids: Vec<&str> = whole["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [mine.as_str()], "{backend}: {whole}");
+}
+
+/// A cluster reached through one of its nodes (an ElastiCache configuration endpoint is
+/// one URL) is found to be one: every node's records are listed and read, as through the
+/// list of every node's URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_read_through_any_one_of_its_nodes() {
+    let store = TestStore::open(Backend::RedisCluster, "operator-one-node").await;
+    let now = std::time::SystemTime::now();
+    let run = format!("nodes-{:08x}", fastrand_u32());
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let id = format!("worker.{run}#{i}");
+        let claim = lambda_idempotency::store::Claim::new(
+            id.as_str(),
+            now,
+            now + Duration::from_secs(60),
+            "t",
+        )
+        .expires_at(now + Duration::from_secs(600));
+        store.store.claim(&claim).await.unwrap();
+        ids.push(id);
+    }
+    let (urls, env) = store.command_line().unwrap();
+    let first = urls.split(',').next().unwrap().to_owned();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"));
+    command
+        .args(["--store", &first, "--json", "--quiet", "list", "--prefix"])
+        .arg(format!("worker.{run}#"))
+        .envs(env.clone());
+    let out = command.output().await.unwrap();
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{listed}");
+    let mut found: Vec<&str> = listed["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    found.sort_unstable();
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(found, expected, "every node's records: {listed}");
+    for id in &ids {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+            .args(["--store", &first, "--json", "get", id])
+            .envs(env.clone())
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{id}: {out:?}");
+    }
 }

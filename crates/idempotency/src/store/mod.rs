@@ -159,12 +159,18 @@ pub struct RecordPage {
     pub unreadable: Vec<(String, String)>,
     /// Where the next page starts; `None` when the listing is done.
     pub next: Option<String>,
+    /// About how many items the store looked at for this page, matching or not: a
+    /// DynamoDB `Scan`'s `ScannedCount`, a Redis `SCAN`'s `COUNT`, the rows SQL read. What
+    /// bounds a listing's cost where a prefix matches few of the store's items (its pages
+    /// may come back empty).
+    pub examined: usize,
 }
 
 impl RecordPage {
     /// A page of `records`, with `next` where the following one starts.
     pub fn new(records: Vec<Record>, next: Option<String>) -> Self {
         Self {
+            examined: records.len(),
             records,
             unreadable: Vec::new(),
             next,

@@ -147,3 +147,25 @@ async fn one_frozen_node_does_not_stop_the_healthy_shards() {
         "a message whose key is on a healthy node failed after {took:?} because one other node is frozen: {healthy:?}"
     );
 }
+
+/// A store on one node of a cluster (a configuration endpoint given as one URL) says so,
+/// and its listing refuses rather than list that node's keys alone and call itself
+/// complete; a store on the cluster lists them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_through_one_node_of_a_cluster_is_refused() {
+    use lambda_idempotency::store::ListRequest;
+    let urls = redis_cluster_urls();
+    let one = RedisStore::connect(&urls[0]).await.unwrap();
+    assert!(one.is_one_node_of_a_cluster().await.unwrap());
+    let err = one
+        .list(&ListRequest::new("", 10))
+        .await
+        .expect_err("a listing through one node of a cluster");
+    let why = lambda_idempotency::report(&err);
+    assert!(why.contains("connect to the cluster"), "{why}");
+    let all = cluster("one-node").await;
+    assert!(!all.is_one_node_of_a_cluster().await.unwrap());
+    assert!(all.list(&ListRequest::new("", 10)).await.is_ok());
+    let single = super::node("one-node").await;
+    assert!(!single.is_one_node_of_a_cluster().await.unwrap());
+}

@@ -9,6 +9,7 @@
 mod bounds;
 mod cluster;
 mod connection;
+mod listing;
 mod server;
 
 use lambda_idempotency::store::conformance;

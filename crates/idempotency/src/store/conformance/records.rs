@@ -158,6 +158,12 @@ pub async fn list_pages_through_a_prefix(store: &dyn IdempotencyStore) {
             "a page holds at most its limit, got {}",
             page.records.len()
         );
+        assert!(
+            page.examined >= page.records.len() + page.unreadable.len(),
+            "a page examined at least what it holds: {} for {} records",
+            page.examined,
+            page.records.len()
+        );
         for record in page.records {
             assert!(
                 record.id.starts_with(&prefix),
@@ -173,6 +179,14 @@ pub async fn list_pages_through_a_prefix(store: &dyn IdempotencyStore) {
         }
     }
     assert_eq!(found, written, "every record under the prefix is listed");
+
+    // Every record: an operator's `list --stuck` names no prefix. One page is enough to
+    // know the request is well formed (the store may hold much more than this run's).
+    let page = store
+        .list(&ListRequest::new("", 2))
+        .await
+        .expect("a listing without a prefix");
+    assert!(page.examined >= page.records.len() + page.unreadable.len());
 }
 
 /// Through the handle, over the fault wrapper: a forget whose answer was lost is retried

@@ -68,7 +68,7 @@ impl DynamoDbStore {
         let start = request.cursor.as_deref().map(parse_cursor).transpose()?;
         let limit = i32::try_from(request.limit).unwrap_or(i32::MAX);
         let prefix = AttributeValue::S(request.prefix.clone());
-        let (items, last) = match &self.layout.sort_key {
+        let (items, last, examined) = match &self.layout.sort_key {
             Some(_) => {
                 let mut query = self
                     .client
@@ -78,7 +78,6 @@ impl DynamoDbStore {
                     .limit(limit)
                     .set_exclusive_start_key(start)
                     .expression_attribute_names("#pk", &n.id)
-                    .expression_attribute_names("#sk", &id_attribute)
                     .expression_attribute_values(
                         ":pk",
                         AttributeValue::S(self.layout.partition_value.clone()),
@@ -86,12 +85,18 @@ impl DynamoDbStore {
                 query = if request.prefix.is_empty() {
                     query.key_condition_expression("#pk = :pk")
                 } else {
+                    // DynamoDB refuses a name the expressions do not use: `#sk` only here.
                     query
                         .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                        .expression_attribute_names("#sk", &id_attribute)
                         .expression_attribute_values(":prefix", prefix)
                 };
                 match query.send().await {
-                    Ok(out) => (out.items.unwrap_or_default(), out.last_evaluated_key),
+                    Ok(out) => (
+                        out.items.unwrap_or_default(),
+                        out.last_evaluated_key,
+                        out.scanned_count,
+                    ),
                     Err(err) => return Err(self.request_error(err).await),
                 }
             }
@@ -110,7 +115,11 @@ impl DynamoDbStore {
                         .expression_attribute_values(":prefix", prefix);
                 }
                 match scan.send().await {
-                    Ok(out) => (out.items.unwrap_or_default(), out.last_evaluated_key),
+                    Ok(out) => (
+                        out.items.unwrap_or_default(),
+                        out.last_evaluated_key,
+                        out.scanned_count,
+                    ),
                     Err(err) => return Err(self.request_error(err).await),
                 }
             }
@@ -119,6 +128,8 @@ impl DynamoDbStore {
             Vec::with_capacity(items.len()),
             last.as_ref().map(cursor_of).transpose()?,
         );
+        // What the request read before its filter, which a prefix's empty pages still cost.
+        page.examined = usize::try_from(examined).unwrap_or(0).max(items.len());
         for item in &items {
             match self.parse(item) {
                 Ok(record) => page.records.push(record),

@@ -128,6 +128,7 @@ impl PostgresStore {
             )
             .await?;
         let mut page = RecordPage::new(Vec::with_capacity(rows.len()), None);
+        page.examined = rows.len();
         let mut last = None;
         for row in &rows {
             let stored: String = row.try_get(0).map_err(|e| self.pg_error(e))?;

@@ -116,6 +116,25 @@ impl RedisStore {
         Self::open(Target::Cluster(client), None, false).await
     }
 
+    /// Whether this store talks to one node ([`connect`](Self::connect)) that belongs to a
+    /// Redis Cluster (`INFO cluster`), such as a cluster's configuration endpoint: it
+    /// reaches only the keys of that node's slots, and another node's key answers
+    /// `MOVED`. Connect with [`connect_cluster`](Self::connect_cluster) instead; a store
+    /// made by it answers `false`.
+    pub async fn is_one_node_of_a_cluster(&self) -> Result<bool, Error> {
+        if matches!(self.inner.target, Target::Cluster(_)) {
+            return Ok(false);
+        }
+        let reply = self.query(redis::cmd("INFO").arg("cluster")).await?;
+        let text = match reply {
+            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Value::VerbatimString { text, .. } => text,
+            Value::SimpleString(text) => text,
+            _ => return Err(super::reply::malformed("INFO", "not text")),
+        };
+        Ok(text.lines().any(|line| line.trim() == "cluster_enabled:1"))
+    }
+
     async fn open(target: Target, servers: Option<String>, password: bool) -> Result<Self, Error> {
         let store = Self {
             inner: Arc::new(Inner {

@@ -3,9 +3,10 @@
 
 use super::connection::Target;
 use super::error::store_error;
-use super::reply::malformed;
+use super::reply::{self, malformed};
 use super::{BACKEND, RedisStore};
 use crate::error::Error;
+use crate::record::Record;
 use crate::store::{ListRequest, RecordPage};
 use futures_util::future::join_all;
 use redis::Value;
@@ -22,6 +23,17 @@ impl RedisStore {
             })?,
         };
         let nodes = match &self.inner.target {
+            // Through one node of a cluster, a listing would miss every other node's keys
+            // and call itself complete.
+            Target::Node(_)
+                if request.cursor.is_none() && self.is_one_node_of_a_cluster().await? =>
+            {
+                return Err(Error::store(
+                    BACKEND,
+                    false,
+                    "this Redis node is one of a cluster's: a listing through it would see only its own keys; connect to the cluster (RedisStore::connect_cluster)",
+                ));
+            }
             Target::Node(_) => Vec::new(),
             Target::Cluster(_) => self.primaries().await?,
         };
@@ -55,18 +67,28 @@ impl RedisStore {
             .into_iter()
             .filter_map(|key| key.strip_prefix(&self.namespace).map(str::to_owned))
             .collect();
-        let reads = join_all(ids.iter().map(|id| self.read_record(id))).await;
+        let reads = join_all(ids.iter().map(|id| self.read_listed(id))).await;
         let mut page = RecordPage::new(Vec::with_capacity(ids.len()), next);
+        page.examined = request.limit.max(ids.len());
         for (id, read) in ids.into_iter().zip(reads) {
             match read {
                 Ok(Some(record)) => page.records.push(record),
-                // Deleted since the scan saw it.
+                // Deleted since the scan saw it, or another application's hash.
                 Ok(None) => {}
                 Err(err) if err.is_retryable_store_error() => return Err(err),
                 Err(err) => page.unreadable.push((id, crate::error::report(&err))),
             }
         }
         Ok(page)
+    }
+
+    /// A listed key's record: its fields only ([`reply::hmget`]).
+    async fn read_listed(&self, id: &str) -> Result<Option<Record>, Error> {
+        let reply = self.query(&reply::hmget(&self.redis_key(id))).await?;
+        match reply::hmget_fields(id, reply)? {
+            Some(fields) => reply::parse(id, fields).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The cluster's primaries, from `CLUSTER SLOTS`, in address order.

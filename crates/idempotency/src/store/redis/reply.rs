@@ -142,6 +142,34 @@ pub(super) fn fields(id: &str, value: Value) -> Result<Fields, Error> {
     Ok(out)
 }
 
+/// `HMGET key` with [`NAMES`] in order: the record's fields, and nothing else of the
+/// hash (a listing meets other applications' hashes, some with a million fields, which
+/// `HGETALL` would read whole).
+pub(super) fn hmget(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(key).arg(&NAMES[..]);
+    cmd
+}
+
+/// [`hmget`]'s reply, read as [`fields`] reads a hash. `None` when the hash has no
+/// `status`, which every record of ours has: another application's hash under the same
+/// prefix (not listed as an unreadable record), or a key deleted since the `SCAN`.
+pub(super) fn hmget_fields(id: &str, reply: Value) -> Result<Option<Fields>, Error> {
+    let Value::Array(values) = reply else {
+        return Err(unexpected(id, &reply));
+    };
+    if values.len() != NAMES.len() {
+        return Err(unexpected(id, &Value::Array(values)));
+    }
+    let mut out = Fields::default();
+    for (name, value) in NAMES.iter().zip(values) {
+        if value != Value::Nil {
+            out.insert(id, name.as_bytes(), value)?;
+        }
+    }
+    Ok(out.get("status").is_some().then_some(out))
+}
+
 /// The record in a hash, or a non-retryable [`Error::Store`] if it is malformed.
 pub(super) fn parse(id: &str, mut fields: Fields) -> Result<Record, Error> {
     // Times past the year 2500 are no record of ours: malformed, not a panic later.

@@ -1,0 +1,79 @@
+//! Listing for operators on a Redis shared with other applications: only a record's own
+//! fields are read, and other hashes under the same prefix are passed over.
+
+use super::*;
+use lambda_idempotency::store::ListRequest;
+
+/// A hash another application keeps under the namespace (no `status`) is neither a record
+/// nor an unreadable one, and its fields are not read: a listing sends `HMGET` of the
+/// record's fields, never `HGETALL`, which on a hash of a million fields blocks Redis. A
+/// record with a field of someone else's beside its own is listed as the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reads_only_records_and_their_own_fields() {
+    // A server of its own: the count of `HGETALL`s below is this test's alone.
+    let server = PrivateRedis::start().await;
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let now = SystemTime::now();
+    let claim = Claim::new("f.op#mine", now, now + Duration::from_secs(60), "t")
+        .expires_at(now + Duration::from_secs(600));
+    store.claim(&claim).await.unwrap();
+    store
+        .query(
+            redis::cmd("HSET")
+                .arg(store.key("f.op#mine"))
+                .arg("theirs")
+                .arg("x".repeat(1 << 20)),
+        )
+        .await
+        .unwrap();
+    store
+        .query(
+            redis::cmd("HSET")
+                .arg(store.key("f.op#sessions"))
+                .arg("user")
+                .arg("ada")
+                .arg("data")
+                .arg("not ours"),
+        )
+        .await
+        .unwrap();
+    let calls_before = hgetall_calls(&store).await;
+
+    let mut request = ListRequest::new("f.op#", 1000);
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+    loop {
+        let page = store.list(&request).await.unwrap();
+        records.extend(page.records);
+        unreadable.extend(page.unreadable);
+        match page.next {
+            Some(next) => request = request.after(Some(next)),
+            None => break,
+        }
+    }
+    assert_eq!(
+        unreadable,
+        Vec::new(),
+        "another application's hash is no record"
+    );
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].id, "f.op#mine");
+    assert_eq!(records[0].status, Status::InProgress);
+    assert_eq!(
+        hgetall_calls(&store).await,
+        calls_before,
+        "a listing never reads a whole hash"
+    );
+}
+
+/// How many `HGETALL`s the server has run, from `INFO commandstats`.
+async fn hgetall_calls(store: &RedisStore) -> u64 {
+    let reply = store
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .await
+        .unwrap();
+    let text: String = redis::from_redis_value(reply).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}

@@ -39,6 +39,10 @@ pub(crate) fn url(
     }
 }
 
+/// How long the table's check may take: the SDK's own client sets no bound, and an
+/// operator's command must not hang.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why a store could not be opened.
 #[derive(Debug)]
 pub(crate) enum OpenError {
@@ -106,6 +110,24 @@ pub(crate) async fn open(
         if let Some(value) = partition_value {
             store = store.partition_key_value(value);
         }
+        // One GetItem: a table whose key is not the one these settings describe fails
+        // here, saying which key it has, rather than as "no record" on every id.
+        let checked = tokio::time::timeout(CHECK_TIMEOUT, store.check_table())
+            .await
+            .map_err(|_| {
+                OpenError::Unreachable(format!(
+                    "{}: DynamoDB did not answer in {} s",
+                    redacted(url),
+                    CHECK_TIMEOUT.as_secs()
+                ))
+            })?;
+        checked.map_err(|e| match named(e) {
+            OpenError::Setting(why) => OpenError::Setting(format!(
+                "{why} (the key settings: IDEMPOTENCY_TABLE_PARTITION_KEY, \
+                 IDEMPOTENCY_TABLE_SORT_KEY, IDEMPOTENCY_TABLE_PARTITION_VALUE)"
+            )),
+            unreachable => unreachable,
+        })?;
         Idempotency::new(store)
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         let nodes: Vec<&str> = url.split(',').map(str::trim).collect();

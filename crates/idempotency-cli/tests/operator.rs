@@ -334,6 +334,25 @@ async fn a_single_table_is_read_under_the_worker_s_partition_value() {
     let (code, forgot) = run(&["forget", "orders-worker.send#o-1"]).await;
     assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
     assert_eq!(store.get(id).await.unwrap(), None, "forgotten in the table");
+
+    // Settings that do not describe the table's key fail at once, naming the settings.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+        .args(["--store", &format!("dynamodb://{}", table.name), "get", "k"])
+        .env("AWS_ENDPOINT_URL_DYNAMODB", table.endpoint_url())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env_remove("IDEMPOTENCY_TABLE_PARTITION_KEY")
+        .env_remove("IDEMPOTENCY_TABLE_SORT_KEY")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("IDEMPOTENCY_TABLE_PARTITION_KEY"),
+        "{stderr}"
+    );
 }
 
 /// A stuck claim's worker may still complete it after the operator read it, with the
@@ -530,4 +549,37 @@ async fn a_cluster_is_read_through_any_one_of_its_nodes() {
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{id}: {out:?}");
     }
+}
+
+/// A DynamoDB endpoint that takes the connection and never answers: the command ends, as
+/// a store that failed (1), instead of hanging an operator's terminal.
+#[tokio::test]
+async fn a_store_that_never_answers_ends_the_command() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and holds every connection, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+        .args(["--store", "dynamodb://t", "--json", "get", "k"])
+        .env("AWS_ENDPOINT_URL_DYNAMODB", format!("http://{addr}"))
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env_remove("IDEMPOTENCY_TABLE_PARTITION_KEY")
+        .env_remove("IDEMPOTENCY_TABLE_SORT_KEY")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("timed out") || stdout.contains("did not answer"),
+        "{stdout}"
+    );
 }

@@ -196,7 +196,7 @@ async fn listing(
         };
         if !args.quiet && said.elapsed() >= Duration::from_secs(1) {
             eprintln!(
-                "examined {examined}, {read} records read, {} match",
+                "about {examined} examined, {read} records read, {} match",
                 matched.len()
             );
             said = Instant::now();
@@ -205,7 +205,7 @@ async fn listing(
     };
     if !args.quiet {
         eprintln!(
-            "examined {examined}, {read} records read, {} match",
+            "about {examined} examined, {read} records read, {} match",
             matched.len()
         );
     }
@@ -238,7 +238,7 @@ async fn listing(
             ));
         }
         text.push_str(&format!(
-            "{} matching of {read} records read ({examined} items examined)",
+            "{} matching of {read} records read (about {examined} items examined)",
             matched.len()
         ));
         if !complete {

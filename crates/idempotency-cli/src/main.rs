@@ -122,28 +122,7 @@ async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency
                 );
                 return Ok(CHANGED);
             }
-            let (code, forgotten, text) = match handle.forget(&read).await? {
-                Forgotten::Deleted => (
-                    0,
-                    true,
-                    "forgotten: the next delivery of its message runs the function again",
-                ),
-                Forgotten::Absent => (
-                    0,
-                    false,
-                    "gone: the record was deleted before this request reached it (expired, forgotten, or this request's own earlier attempt whose answer was lost)",
-                ),
-                Forgotten::Changed => (
-                    CHANGED,
-                    false,
-                    "not forgotten: the record changed since it was read (claimed, completed or taken over; or this request's own earlier attempt deleted it, its answer was lost, and a new claim came since); read it again",
-                ),
-                _ => (
-                    STORE_FAILED,
-                    false,
-                    "not forgotten: an answer this tool does not know",
-                ),
-            };
+            let (code, forgotten, text) = forget_answer(handle.forget(&read).await?);
             say(
                 args,
                 json!({
@@ -158,6 +137,33 @@ async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency
             Ok(code)
         }
         Command::List(list) => listing(args, list, handle, now).await,
+    }
+}
+
+/// What `forget` answers for the store's outcome: the exit status, whether this request
+/// deleted the record, and what to tell a person.
+fn forget_answer(outcome: Forgotten) -> (u8, bool, &'static str) {
+    match outcome {
+        Forgotten::Deleted => (
+            0,
+            true,
+            "forgotten: the next delivery of its message runs the function again",
+        ),
+        Forgotten::Absent => (
+            0,
+            false,
+            "gone: the record was deleted before this request reached it (expired, forgotten, or this request's own earlier attempt whose answer was lost)",
+        ),
+        Forgotten::Changed => (
+            CHANGED,
+            false,
+            "not forgotten: the record changed since it was read (claimed, completed or taken over; or this request's own earlier attempt deleted it, its answer was lost, and a new claim came since); read it again",
+        ),
+        _ => (
+            STORE_FAILED,
+            false,
+            "not forgotten: an answer this tool does not know",
+        ),
     }
 }
 
@@ -271,5 +277,24 @@ fn say(args: &Args, value: serde_json::Value, text: &str) {
         out(&value.to_string());
     } else {
         out(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record gone before the delete is no failure and no deletion; one changed since
+    /// the read is the "read it again" status.
+    #[test]
+    fn each_forget_outcome_has_its_status() {
+        assert_eq!(forget_answer(Forgotten::Deleted).0, 0);
+        assert!(forget_answer(Forgotten::Deleted).1);
+        let (code, forgotten, text) = forget_answer(Forgotten::Absent);
+        assert_eq!((code, forgotten), (0, false));
+        assert!(text.starts_with("gone"), "{text}");
+        let (code, forgotten, text) = forget_answer(Forgotten::Changed);
+        assert_eq!((code, forgotten), (CHANGED, false));
+        assert!(text.contains("read it again"), "{text}");
     }
 }

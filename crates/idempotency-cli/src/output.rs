@@ -207,6 +207,25 @@ mod tests {
         assert_eq!(json(&record, now, false)["result_bytes"], 15);
     }
 
+    /// A live lease reads as one that ends; a completion without its result says it was
+    /// too large, a claim says none yet; times in their two largest units.
+    #[test]
+    fn a_live_claim_and_a_completion_read_as_what_they_are() {
+        let now = from_epoch_secs(1_800_000_000);
+        let mut claim = Record::new("f.op#k", Status::InProgress, now);
+        claim.in_progress_expiration = Some(now + Duration::from_secs(30));
+        assert!(human(&claim, now, false).contains("lease        ends "));
+        assert!(human(&claim, now, false).contains("result       none yet"));
+        assert!(summary(&claim, now).contains("lease ends in 30s"));
+        let mut done = Record::new("f.op#k", Status::Completed, now);
+        done.in_progress_expiration = None;
+        assert!(human(&done, now, false).contains("not stored (too large)"));
+        assert!(summary(&done, now).contains("no result stored"));
+        assert_eq!(span(Duration::from_secs(59)), "59s");
+        assert_eq!(span(Duration::from_secs(3_600 * 5 + 60 * 7)), "5h 7m");
+        assert_eq!(span(Duration::from_secs(86_400 * 2 + 3_600)), "2d 1h");
+    }
+
     /// `--stuck-for` as long as a duration can be is "never stuck", not a panic.
     #[test]
     fn the_longest_stuck_for_finds_nothing() {

@@ -1069,3 +1069,141 @@ async fn a_record_is_read_by_its_operation_and_payload() {
     assert_eq!(record.data.as_deref(), Some("\"done\""));
     assert_eq!(idem.record(&op(), &payload("other")).await.unwrap(), None);
 }
+
+/// A claim applied whose answer was lost on every attempt (or lost, then throttled) is a
+/// retryable store error and runs nothing; the library sends a release for it (fenced by
+/// its lease token), so its own claim is not left behind: the next delivery runs, even an
+/// at-most-once one, which would otherwise find the claim abandoned after its lease.
+#[tokio::test(start_paused = true)]
+async fn a_claim_whose_answers_were_lost_is_released_and_the_next_delivery_runs() {
+    for (name, faults) in [
+        ("answer lost on every attempt", vec![Fault::AnswerLost; 3]),
+        (
+            "answer lost, then throttled",
+            vec![Fault::AnswerLost, Fault::Unavailable, Fault::Unavailable],
+        ),
+    ] {
+        for once in [false, true] {
+            let store = FaultyStore::new(MemoryStore::new());
+            let clock = paused_clock();
+            let idem = Idempotency::builder(store.clone())
+                .lease(Duration::from_secs(30))
+                .clock(clock.clone())
+                .build();
+            let op = if once { op().at_most_once() } else { op() };
+            for fault in faults.iter().copied() {
+                store.inject(StoreOp::Claim, fault, 1);
+            }
+            let calls = AtomicU32::new(0);
+            let lost = payload("lost");
+            let deliver = || {
+                idem.execute(&op, &lost, || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>("ran".to_string())
+                })
+            };
+            let first = deliver().await;
+            assert!(
+                matches!(
+                    first,
+                    Err(ExecuteError::Idempotency(Error::Store {
+                        retryable: true,
+                        ..
+                    }))
+                ),
+                "{name}, at most once {once}: {first:?}"
+            );
+            assert_eq!(calls.load(Ordering::SeqCst), 0, "{name}: nothing ran");
+            assert_eq!(store.requests(StoreOp::Release), 1, "{name}: one release");
+            assert_eq!(
+                store.inner().record("local.generate#lost"),
+                None,
+                "{name}, at most once {once}: the lost claim was released"
+            );
+            // The redelivery, even after the lost claim's lease: runs, once.
+            tokio::time::sleep(Duration::from_secs(31)).await;
+            let (_, outcome) = deliver()
+                .await
+                .unwrap_or_else(|e| panic!("{name}, at most once {once}: {e:?}"));
+            assert_eq!(outcome, Outcome::Executed, "{name}");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}");
+        }
+    }
+}
+
+/// A claim refused outright at its first attempt was never applied: no release is sent.
+#[tokio::test]
+async fn a_claim_refused_at_once_sends_no_release() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::new(store.clone());
+    store.inject(StoreOp::Claim, Fault::Rejected, 1);
+    let calls = AtomicU32::new(0);
+    let refused = call(&idem, &payload("r"), &calls).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: false,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(store.requests(StoreOp::Release), 0);
+}
+
+/// A failed function's release is retried until the lease's cutoff under at most once, as
+/// a completion is: a store that fails the release three times in a row (a brief
+/// brownout) would otherwise leave the claim, and the next delivery would be refused for
+/// good as abandoned although the function said it did nothing. Without at most once the
+/// release keeps its three attempts (a lost release costs a wait for the lease).
+#[tokio::test(start_paused = true)]
+async fn at_most_once_retries_a_failed_functions_release_until_the_cutoff() {
+    for once in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let clock = paused_clock();
+        let idem = Idempotency::builder(store.clone())
+            .lease(Duration::from_secs(30))
+            .clock(clock.clone())
+            .build();
+        let op = if once { op().at_most_once() } else { op() };
+        store.inject(StoreOp::Release, Fault::Unavailable, 5);
+        let calls = AtomicU32::new(0);
+        let deliver = |fail: bool| {
+            let (op, calls) = (&op, &calls);
+            let idem = &idem;
+            async move {
+                idem.execute(op, &payload("f"), || async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if fail {
+                        Err("the provider refused: nothing charged".to_string())
+                    } else {
+                        Ok("charged".to_string())
+                    }
+                })
+                .await
+            }
+        };
+        let first = deliver(true).await;
+        assert!(matches!(first, Err(ExecuteError::Function(_))), "{first:?}");
+        let record = store.inner().record("local.generate#f");
+        if once {
+            assert_eq!(store.requests(StoreOp::Release), 6, "until it went through");
+            assert_eq!(record, None, "released");
+        } else {
+            assert_eq!(store.requests(StoreOp::Release), 3, "three attempts");
+            assert_eq!(record.map(|r| r.status), Some(Status::InProgress));
+        }
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let (_, outcome) = deliver(false)
+            .await
+            .unwrap_or_else(|e| panic!("at most once {once}: {e:?}"));
+        let expected = if once {
+            Outcome::Executed
+        } else {
+            Outcome::TookOver
+        };
+        assert_eq!(outcome, expected, "at most once {once}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+}

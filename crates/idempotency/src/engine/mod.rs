@@ -86,11 +86,33 @@ impl Engine {
             let store = &self.store;
             // The same claim (same token) on every attempt: a retry after an answer was
             // lost finds its own record and succeeds.
+            let mut sent = 0u32;
             let outcome = self
                 .retry(cutoff, self.config.max_store_attempts, "claim", || {
+                    sent += 1;
                     store.claim(&claim)
                 })
-                .await?;
+                .await;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(err) => {
+                    // An attempt may have been applied (its answer lost, or it timed out)
+                    // unless the only one was refused outright: release what may be this
+                    // claim's own record, so that it is not left behind to be taken over
+                    // after its lease or, at most once, refused as abandoned although
+                    // nothing ran. Fenced by the claim's token: it never frees another's.
+                    if sent > 1 || err.is_retryable_store_error() {
+                        self.release_within(
+                            &claim,
+                            cutoff,
+                            self.config.max_store_attempts,
+                            "the claim's answer was lost, and nothing ran",
+                        )
+                        .await;
+                    }
+                    return Err(err);
+                }
+            };
             match outcome {
                 ClaimOutcome::Claimed { previous } => {
                     let own = previous
@@ -321,12 +343,25 @@ impl Engine {
         self.release(claim, cutoff, "the function panicked").await;
     }
 
+    /// Releases the claim of a function that did not take effect. At most once, retried
+    /// until `cutoff` as a completion is: a release lost there leaves a claim the next
+    /// delivery refuses as abandoned (an operator's work) although nothing took effect.
+    /// Otherwise the handle's `max_store_attempts`: a lost release then
+    /// costs a wait for the lease, after which the claim is taken over.
     async fn release(&self, claim: &Claim, cutoff: SystemTime, why: &str) {
+        let attempts = if claim.at_most_once {
+            u32::MAX
+        } else {
+            self.config.max_store_attempts
+        };
+        self.release_within(claim, cutoff, attempts, why).await;
+    }
+
+    /// Releases `claim` with up to `attempts` attempts, none past `cutoff`.
+    async fn release_within(&self, claim: &Claim, cutoff: SystemTime, attempts: u32, why: &str) {
         let store = &self.store;
         let released = self
-            .retry(cutoff, self.config.max_store_attempts, "release", || {
-                store.release(claim)
-            })
+            .retry(cutoff, attempts, "release", || store.release(claim))
             .await;
         match released {
             Ok(()) => info!(reason = why, "released the claim"),

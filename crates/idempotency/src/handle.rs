@@ -8,6 +8,7 @@ use crate::error::{Error, ExecuteError};
 use crate::invocation::{self, Invocation};
 use crate::key::validation_hash;
 use crate::operation::{Operation, Outcome, check_function_name};
+use crate::outcome_unknown;
 use crate::store::IdempotencyStore;
 use crate::twins::{self, Entered};
 use crate::writes::Writes;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tracing::{Instrument, info_span, warn};
 
@@ -187,6 +189,13 @@ impl Idempotency {
             config: Config::default(),
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Whether every operation of this handle is at-most-once
+    /// ([`IdempotencyBuilder::at_most_once`]); an operation may still be at-most-once on
+    /// its own ([`Operation::at_most_once`]).
+    pub fn is_at_most_once(&self) -> bool {
+        self.engine.config.at_most_once
     }
 
     /// The store.
@@ -458,17 +467,34 @@ impl Idempotency {
                             None => f().await,
                         }
                     };
+                    // Whether the function said its outcome is unknown (`OutcomeUnknown`).
+                    let unknown = Arc::new(AtomicBool::new(false));
+                    let call = outcome_unknown::within(unknown.clone(), call);
                     // A function that panics releases its claim, as one that fails does,
                     // and the panic goes on: the next delivery runs again at once instead
                     // of waiting for the lease.
                     let result = match AssertUnwindSafe(call).catch_unwind().await {
                         Ok(result) => result,
                         Err(panic) => {
-                            self.engine.release_after_panic(&claim, cutoff).await;
+                            if unknown.load(Ordering::SeqCst) {
+                                self.engine.keep(&claim, "the function panicked");
+                            } else {
+                                self.engine.release_after_panic(&claim, cutoff).await;
+                            }
                             std::panic::resume_unwind(panic)
                         }
                     };
-                    self.engine.finish(&claim, cutoff, result, took_over).await
+                    match result {
+                        // Neither released nor completed: the claim holds until its lease
+                        // ends. An enclosing call's function failing with this is marked
+                        // too: its effect includes this one's.
+                        Err(err) if unknown.load(Ordering::SeqCst) => {
+                            self.engine.keep(&claim, &err.to_string());
+                            outcome_unknown::mark();
+                            Err(ExecuteError::Function(err))
+                        }
+                        result => self.engine.finish(&claim, cutoff, result, took_over).await,
+                    }
                 }
             };
             if let Some(running) = running {

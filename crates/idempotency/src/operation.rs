@@ -190,7 +190,10 @@ impl Operation {
     ///
     /// A function that returns an error (or panics) still releases its claim, as it does
     /// without this: the next delivery runs it again. Return an error only when the
-    /// effect did not happen.
+    /// effect did not happen. When it may have happened (a request sent whose answer never
+    /// came, a `5xx` from a service that may have acted first), wrap the error in
+    /// [`OutcomeUnknown`](crate::OutcomeUnknown): the claim is kept, and after its lease
+    /// the next delivery is refused as abandoned instead of running again.
     pub fn at_most_once(mut self) -> Self {
         self.at_most_once = true;
         self

@@ -1207,3 +1207,145 @@ async fn at_most_once_retries_a_failed_functions_release_until_the_cutoff() {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 }
+
+/// A function that may have done its effect says so with `OutcomeUnknown`: its error
+/// comes back, and its claim is neither released nor completed. A duplicate within the
+/// lease is in progress; after it, a plain operation takes the claim over (runs again),
+/// an at-most-once one is refused as abandoned (never runs again).
+#[tokio::test(start_paused = true)]
+async fn an_outcome_unknown_keeps_the_claim() {
+    use lambda_idempotency::OutcomeUnknown;
+    for once in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let idem = Idempotency::builder(store.clone())
+            .lease(Duration::from_secs(30))
+            .clock(paused_clock())
+            .build();
+        let op = if once { op().at_most_once() } else { op() };
+        let calls = AtomicU32::new(0);
+        let first = idem
+            .execute(&op, &payload("u"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<String, _>(OutcomeUnknown::new(
+                    "the provider did not answer in time; the request was sent".to_string(),
+                ))
+            })
+            .await;
+        match &first {
+            Err(ExecuteError::Function(e)) => {
+                assert!(e.to_string().starts_with("outcome unknown: "), "{e}");
+                assert!(e.to_string().contains("was sent"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.requests(StoreOp::Release), 0, "not released");
+        assert_eq!(store.requests(StoreOp::Complete), 0, "not completed");
+        let record = store.inner().record("local.generate#u").unwrap();
+        assert_eq!(record.status, Status::InProgress, "the claim is kept");
+        let again = || async {
+            idem.execute(&op, &payload("u"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("ran again".to_string())
+            })
+            .await
+        };
+        assert!(
+            matches!(
+                again().await,
+                Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+            ),
+            "within its lease the claim holds"
+        );
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let after = again().await;
+        if once {
+            assert!(
+                matches!(
+                    after,
+                    Err(ExecuteError::Idempotency(Error::ClaimAbandoned { .. }))
+                ),
+                "{after:?}"
+            );
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "never run twice");
+        } else {
+            assert_eq!(after.unwrap().1, Outcome::TookOver);
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
+        }
+    }
+}
+
+/// Only the call it was made in is marked: an `OutcomeUnknown` made outside any call, or
+/// in a call that then succeeds, changes nothing (the success is stored); one made in a
+/// nested call and passed up as the enclosing function's error keeps both claims; a
+/// function that panics after saying its outcome is unknown keeps its claim too.
+#[tokio::test]
+async fn an_outcome_unknown_marks_only_the_call_it_was_made_in() {
+    use lambda_idempotency::OutcomeUnknown;
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::new(store.clone());
+    let outside = OutcomeUnknown::new("made before the call".to_string());
+    let failed = idem
+        .execute(&op(), &payload("plain"), || async {
+            Err::<String, _>("the provider refused".to_string())
+        })
+        .await;
+    assert!(matches!(failed, Err(ExecuteError::Function(_))));
+    assert_eq!(
+        store.inner().record("local.generate#plain"),
+        None,
+        "released"
+    );
+    assert_eq!(outside.into_inner(), "made before the call");
+
+    let (value, outcome) = idem
+        .execute(&op(), &payload("ok"), || async {
+            let _ = OutcomeUnknown::new("a first try timed out");
+            Ok::<_, String>("answered on the second try".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Executed, "{value}");
+    assert_eq!(
+        store.inner().record("local.generate#ok").unwrap().status,
+        Status::Completed
+    );
+
+    let inner_op = Operation::new("inner", KeyStrategy::field("request_id"));
+    let nested = idem
+        .execute(&op(), &payload("outer"), || async {
+            let (value, _) = idem
+                .execute(&inner_op, &payload("inner"), || async {
+                    Err::<String, _>(OutcomeUnknown::new("reset after sending".to_string()))
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(value)
+        })
+        .await;
+    assert!(
+        matches!(nested, Err(ExecuteError::Function(_))),
+        "{nested:?}"
+    );
+    for id in ["local.inner#inner", "local.generate#outer"] {
+        let record = store.inner().record(id);
+        assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "{id}");
+    }
+
+    let panicked = tokio::spawn({
+        let idem = idem.clone();
+        async move {
+            let _ = idem
+                .execute(&op(), &payload("panics"), || async {
+                    let _unknown = OutcomeUnknown::new("sent");
+                    panic!("a bug after the request was sent");
+                    #[allow(unreachable_code)]
+                    Ok::<String, String>(String::new())
+                })
+                .await;
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    let record = store.inner().record("local.generate#panics");
+    assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "kept");
+}

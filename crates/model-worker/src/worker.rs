@@ -15,8 +15,8 @@ use lambda_idempotency::store::dynamodb::AttributeNames;
 use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
-    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError, SqsBatch,
-    WithWrites, idempotent,
+    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, OutcomeUnknown, PermanentError,
+    SqsBatch, WithWrites, idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -355,6 +355,11 @@ impl Worker {
                 Answer::Refused {
                     provider_refused: Refusal { status, body },
                 }
+            }
+            // At most once, a call the provider may have run keeps its claim: a
+            // redelivery never asks again (after the lease it is refused, for an operator).
+            Err(e) if e.may_have_run() && self.idempotency.is_at_most_once() => {
+                return Err(OutcomeUnknown::new(e).into());
             }
             Err(e) => return Err(e.into()),
         };

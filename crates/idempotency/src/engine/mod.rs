@@ -338,6 +338,19 @@ impl Engine {
         }
     }
 
+    /// Keeps the claim of a function whose outcome is unknown (it made an
+    /// [`OutcomeUnknown`](crate::OutcomeUnknown)): neither released nor completed, it
+    /// holds its key until its lease ends; then a plain claim takes it over, an
+    /// at-most-once one finds it abandoned.
+    pub(crate) fn keep(&self, claim: &Claim, why: &str) {
+        warn!(
+            reason = why,
+            lease_until = ?claim.lease_until,
+            at_most_once = claim.at_most_once,
+            "the function's outcome is unknown: its claim is kept (neither released nor completed) until its lease ends; at most once, a later delivery is then refused until an operator forgets the record"
+        );
+    }
+
     /// Releases the claim of a function that panicked.
     pub(crate) async fn release_after_panic(&self, claim: &Claim, cutoff: SystemTime) {
         self.release(claim, cutoff, "the function panicked").await;

@@ -77,7 +77,9 @@ impl IdempotencyBuilder {
         self
     }
 
-    /// A fixed lease, instead of the invocation's deadline.
+    /// A fixed lease, instead of the invocation's deadline (never past it, when one is
+    /// known). [`build`](Self::build) refuses one shorter than a second or longer than 12
+    /// hours, as [`Operation::lease`] does.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = Some(lease);
         self
@@ -86,7 +88,10 @@ impl IdempotencyBuilder {
     /// Makes every operation of this handle at-most-once (see
     /// [`Operation::at_most_once`](crate::Operation::at_most_once)): for a setting read
     /// at start-up, where the operation is built elsewhere (`#[idempotent]`). Default: off,
-    /// each operation says.
+    /// each operation says. [`build`](Self::build) then refuses an
+    /// [`expires_after`](Self::expires_after) no longer than the [`lease`](Self::lease)
+    /// (without one, than 15 minutes, Lambda's longest timeout): a crashed run's claim
+    /// would expire with its lease and be run again.
     pub fn at_most_once(mut self, at_most_once: bool) -> Self {
         self.config.at_most_once = at_most_once;
         self
@@ -143,8 +148,10 @@ impl IdempotencyBuilder {
     /// # Panics
     ///
     /// If the function name is empty or holds `.` or `#` (see [`try_build`](Self::try_build)
-    /// for a name read at run time). Build the handle at start-up: a bad setting then fails
-    /// the init phase, which Lambda reports at once and which loses no message.
+    /// for a name read at run time), on a [`lease`](Self::lease) out of range, or on an
+    /// at-most-once handle's expiry no longer than its lease. Build the handle at
+    /// start-up: a bad setting then fails the init phase, which Lambda reports at once and
+    /// which loses no message.
     pub fn build(self) -> Idempotency {
         self.try_build().unwrap_or_else(|e| panic!("{e}"))
     }
@@ -152,6 +159,12 @@ impl IdempotencyBuilder {
     /// Like [`build`](Self::build), returning [`Error::InvalidName`] instead of panicking.
     pub fn try_build(self) -> Result<Idempotency, Error> {
         check_function_name(&self.config.function_name)?;
+        if let Some(lease) = self.config.lease {
+            crate::operation::check_lease(lease)?;
+        }
+        if self.config.at_most_once {
+            crate::lease::check_at_most_once_expiry(self.config.expires_after, self.config.lease)?;
+        }
         if self.config.disabled {
             warn!(
                 env = config::DISABLED_ENV,

@@ -508,7 +508,8 @@ async fn a_function_that_panics_releases_its_claim_and_the_panic_goes_on() {
     assert_eq!((value.as_str(), outcome), ("ran", Outcome::Executed));
 }
 
-/// Every setting of the handle at 0 and at its maximum: none panics or wraps. A call runs,
+/// Every setting of the handle at 0 and at its maximum (the lease at the ends of its
+/// range): none panics or wraps. A call runs,
 /// its duplicate is answered from the record, and a store that fails once is retried.
 #[tokio::test]
 async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
@@ -517,8 +518,8 @@ async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
     let settings: [(&str, Setting); 12] = [
         ("expires_after(0)", |b| b.expires_after(Duration::ZERO)),
         ("expires_after(MAX)", |b| b.expires_after(Duration::MAX)),
-        ("lease(0)", |b| b.lease(Duration::ZERO)),
-        ("lease(MAX)", |b| b.lease(Duration::MAX)),
+        ("lease(1 s)", |b| b.lease(Duration::from_secs(1))),
+        ("lease(12 h)", |b| b.lease(Duration::from_secs(12 * 3600))),
         ("local_cache(0)", |b| b.local_cache(0)),
         ("local_cache(MAX)", |b| b.local_cache(usize::MAX)),
         ("max_claim_attempts(0)", |b| b.max_claim_attempts(0)),
@@ -1348,4 +1349,124 @@ async fn an_outcome_unknown_marks_only_the_call_it_was_made_in() {
     assert!(panicked.unwrap_err().is_panic());
     let record = store.inner().record("local.generate#panics");
     assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "kept");
+}
+
+/// A handle's lease is checked when the handle is built, as an operation's is: under a
+/// second or over 12 hours is refused (`Duration::MAX` would hold a crashed claim's key
+/// for centuries), naming the setting; `build` panics with the same message.
+#[test]
+fn a_handle_lease_is_checked_when_it_is_built() {
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(12 * 3600 + 1),
+        Duration::MAX,
+    ] {
+        let built = Idempotency::builder(MemoryStore::new())
+            .lease(lease)
+            .try_build();
+        match built {
+            Err(e @ Error::InvalidName { what: "lease", .. }) => {
+                assert!(e.to_string().contains("1 second to 12 hours"), "{e}");
+            }
+            other => panic!("{lease:?}: {other:?}"),
+        }
+        assert!(
+            std::panic::catch_unwind(|| Idempotency::builder(MemoryStore::new())
+                .lease(lease)
+                .build())
+            .is_err(),
+            "{lease:?}"
+        );
+    }
+    for lease in [Duration::from_secs(1), Duration::from_secs(12 * 3600)] {
+        Idempotency::builder(MemoryStore::new())
+            .lease(lease)
+            .try_build()
+            .unwrap();
+    }
+}
+
+/// At most once needs a record that outlives its claim's lease: with an expiry no longer
+/// than the lease, the expiry is raised to the lease's end and the next delivery after a
+/// crash takes the claim over (runs twice). Refused, naming both settings: when the handle
+/// is built for a handle-wide setting (against its lease, or against Lambda's 15-minute
+/// longest timeout when the lease is the invocation's remaining time), and at the first
+/// call for an operation's own (before any store request, nothing run).
+#[tokio::test]
+async fn at_most_once_refuses_an_expiry_no_longer_than_the_lease() {
+    let refused = |built: Result<Idempotency, Error>, what: &str| match built {
+        Err(
+            e @ Error::InvalidName {
+                what: "expires_after",
+                ..
+            },
+        ) => {
+            let text = e.to_string();
+            for word in ["expires_after", "lease", "at-most-once"] {
+                assert!(text.contains(word), "{what}: {text}");
+            }
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    let handle = |expiry: u64, lease: Option<u64>| {
+        let builder = Idempotency::builder(MemoryStore::new())
+            .at_most_once(true)
+            .expires_after(Duration::from_secs(expiry));
+        match lease {
+            Some(lease) => builder.lease(Duration::from_secs(lease)),
+            None => builder,
+        }
+    };
+    refused(handle(10, Some(30)).try_build(), "shorter than the lease");
+    refused(handle(30, Some(30)).try_build(), "as long as the lease");
+    handle(31, Some(30)).try_build().unwrap();
+    refused(handle(600, None).try_build(), "under 15 minutes");
+    refused(handle(900, None).try_build(), "15 minutes");
+    handle(901, None).try_build().unwrap();
+    // Without at most once an expiry shorter than the lease is raised to it, as before.
+    Idempotency::builder(MemoryStore::new())
+        .expires_after(Duration::from_secs(10))
+        .lease(Duration::from_secs(30))
+        .try_build()
+        .unwrap();
+
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::builder(store.clone())
+        .expires_after(Duration::from_secs(10))
+        .build();
+    let calls = AtomicU32::new(0);
+    let call = |op: Operation| {
+        let (idem, calls) = (&idem, &calls);
+        async move {
+            idem.execute(&op, &payload("amo"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("ran".to_string())
+            })
+            .await
+        }
+    };
+    match call(op().at_most_once().lease(Duration::from_secs(30))).await {
+        Err(ExecuteError::Idempotency(e @ Error::InvalidName { .. })) => {
+            assert!(e.is_permanent());
+            assert!(e.to_string().contains("lease"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match call(op().at_most_once()).await {
+        Err(ExecuteError::Idempotency(Error::InvalidName { .. })) => {}
+        other => panic!("the remaining-time lease: {other:?}"),
+    }
+    assert_eq!(
+        (store.total_requests(), calls.load(Ordering::SeqCst)),
+        (0, 0)
+    );
+    let (_, outcome) = call(op().at_most_once().lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Executed,
+        "a lease shorter than the expiry"
+    );
 }

@@ -606,5 +606,7 @@ async fn store_from_config(
         Some(expiry) => builder.expires_after(expiry),
         None => builder,
     };
-    Ok((builder.at_most_once(config.at_most_once).build(), table))
+    // At most once with an expiry no longer than a lease is refused here, at start-up.
+    let idempotency = builder.at_most_once(config.at_most_once).try_build()?;
+    Ok((idempotency, table))
 }

@@ -55,6 +55,14 @@ impl Engine {
         invocation: Option<Invocation>,
         op: &Operation,
     ) -> Result<Claimed<T>, Error> {
+        let at_most_once = op.at_most_once || self.config.at_most_once;
+        if at_most_once {
+            // An operation's own setting meets the handle's expiry only here.
+            lease::check_at_most_once_expiry(
+                self.config.expires_after,
+                op.lease.or(self.config.lease),
+            )?;
+        }
         let cached = self.cache.as_ref().and_then(|c| c.get(id, self.now()));
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
@@ -80,7 +88,7 @@ impl Engine {
                 lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
-                at_most_once: op.at_most_once || self.config.at_most_once,
+                at_most_once,
             };
             let cutoff = lease::store_cutoff(&claim, answer_by);
             let store = &self.store;

@@ -242,7 +242,8 @@ impl IdempotencyKeyLayerBuilder {
     /// The layer, or the first setting that cannot work: an operation name that is empty
     /// or holds `#` (which ends the stored id's prefix, `{function}.{operation}#{key}`; a
     /// `.` is accepted, as the function name holds none and so the first `.` ends it), a
-    /// header name that is none, a zero key length, no caller scope, a lease out of range.
+    /// header name that is none, a zero key length, no caller scope, a lease out of range,
+    /// at most once with the handle's expiry no longer than the lease.
     pub fn build(self) -> Result<IdempotencyKeyLayer, Error> {
         let header_name = |what: &'static str, name: &str| {
             HeaderName::try_from(name).map_err(|_| Error::InvalidName {
@@ -279,6 +280,12 @@ impl IdempotencyKeyLayerBuilder {
         } else {
             operation
         };
+        if operation.at_most_once || self.idempotency.is_at_most_once() {
+            crate::lease::check_at_most_once_expiry(
+                self.idempotency.engine.config.expires_after,
+                operation.lease.or(self.idempotency.engine.config.lease),
+            )?;
+        }
         #[cfg(feature = "lambda-http")]
         let scope = self.scope.unwrap_or_else(CallerScope::lambda_authorizer);
         #[cfg(not(feature = "lambda-http"))]

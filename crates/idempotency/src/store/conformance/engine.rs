@@ -460,10 +460,11 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
     let (value, _) = first.expect("the first call completes");
     assert_eq!(value, "first");
 
-    // Huge settings are capped, not a panic on every call.
+    // Huge settings are capped, not a panic on every call (a lease past 12 hours is
+    // refused when the handle is built).
     let idempotency = Idempotency::builder(store.clone())
         .expires_after(Duration::MAX)
-        .lease(Duration::MAX)
+        .lease(crate::operation::MAX_OPERATION_LEASE)
         .build();
     let op = Operation::new(op_name("huge"), KeyStrategy::field("id"));
     let (value, outcome) = idempotency

@@ -657,7 +657,7 @@ async fn an_at_most_once_operation_never_takes_over_a_crashed_run() {
                 assert!(text.contains("outcome is unknown"), "{text}");
                 assert!(text.contains("2027-01-15T08:00:00.000Z"), "{text}");
                 assert!(
-                    text.contains("lambda-idempotency forget local.generate#pay"),
+                    text.contains("lambda-idempotency forget 'local.generate#pay'"),
                     "{text}"
                 );
             }
@@ -1469,4 +1469,34 @@ async fn at_most_once_refuses_an_expiry_no_longer_than_the_lease() {
         Outcome::Executed,
         "a lease shorter than the expiry"
     );
+}
+
+/// The tenant lives in the invocation's task (docs/design.md#tenants): a task spawned
+/// off it has no tenant and uses the untenanted id, which tenants share; the same task
+/// given the context (`with_context`) keeps its tenant's id.
+#[tokio::test]
+async fn a_spawned_task_keeps_its_tenant_only_when_given_the_context() {
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("op", KeyStrategy::field("id"));
+    for (carried, expected) in [(false, "fn.op#k"), (true, "#a#fn.op#k")] {
+        let mut context = lambda_runtime::Context::default();
+        context.tenant_id = Some("a".into());
+        let (idem, op) = (idem.clone(), op.clone());
+        let ctx = context.clone();
+        let id = lambda_idempotency::with_context(&context, async move {
+            let work = async move { idem.idempotency_id(&op, &json!({"id": "k"})) };
+            if carried {
+                tokio::spawn(async move { lambda_idempotency::with_context(&ctx, work).await })
+                    .await
+            } else {
+                tokio::spawn(work).await
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(id, expected, "carried: {carried}");
+    }
 }

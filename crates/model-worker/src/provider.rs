@@ -25,9 +25,11 @@ const ERROR_BODY_PREVIEW: usize = 512;
 /// again.
 #[derive(Debug)]
 pub enum ProviderError {
-    /// The request was not sent: the connection could not be made, or no time was left
-    /// before the invocation's deadline (less [`DEADLINE_MARGIN`]).
+    /// The request was not sent: the connection could not be made.
     NotSent(String),
+    /// The request was not sent: no time was left before the invocation's deadline (less
+    /// [`DEADLINE_MARGIN`]).
+    NoTimeLeft,
     /// The connection was made, then failed (a reset, a connection closed mid-answer):
     /// the request may have been received.
     Transport(String),
@@ -48,6 +50,9 @@ impl fmt::Display for ProviderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProviderError::NotSent(e) => write!(f, "model provider not asked (not sent): {e}"),
+            ProviderError::NoTimeLeft => f.write_str(
+                "model provider not asked (not sent): no time left before the invocation's deadline",
+            ),
             ProviderError::Transport(e) => write!(f, "model provider connection failed: {e}"),
             ProviderError::Status { status, body } => {
                 write!(f, "model provider answered HTTP {status}: {body}")
@@ -81,7 +86,7 @@ impl ProviderError {
     /// included), which says the request was not run.
     pub fn may_have_run(&self) -> bool {
         match self {
-            ProviderError::NotSent(_) => false,
+            ProviderError::NotSent(_) | ProviderError::NoTimeLeft => false,
             ProviderError::Status { status, .. } => *status >= 500,
             ProviderError::Transport(_)
             | ProviderError::InvalidResponse(_)
@@ -152,9 +157,7 @@ impl ModelClient {
             .unwrap_or_default()
             .saturating_sub(DEADLINE_MARGIN);
         if left.is_zero() {
-            return Err(ProviderError::NotSent(
-                "no time left before the invocation's deadline".into(),
-            ));
+            return Err(ProviderError::NoTimeLeft);
         }
         tokio::time::timeout(left, self.complete_unbounded(request))
             .await

@@ -422,7 +422,7 @@ async fn at_most_once_a_provider_call_that_timed_out_is_never_asked_again() {
         // Sent, and answered only long after the worker stopped waiting.
         provider.set_delay(std::time::Duration::from_secs(30));
         let first = worker
-            .deliver(single, std::time::Duration::from_millis(700))
+            .deliver(single, std::time::Duration::from_millis(1200))
             .await;
         let failure = first.records[0].result.as_ref().expect_err("timed out");
         assert_eq!(

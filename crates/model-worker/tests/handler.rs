@@ -578,3 +578,34 @@ async fn at_most_once_keeps_the_claim_only_when_the_provider_may_have_run_the_re
     );
     server.abort();
 }
+
+/// `IDEMPOTENCY_AT_MOST_ONCE=true` with a record expiry no longer than Lambda's longest
+/// invocation would let a crashed request's claim expire with its lease and be asked
+/// again: the start-up stops, naming the expiry; a longer one starts.
+#[tokio::test]
+async fn at_most_once_with_an_expiry_within_an_invocation_stops_the_start_up() {
+    let config = |expiry: &str| {
+        let vars = [
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://127.0.0.1:9"),
+            ("IDEMPOTENCY_AT_MOST_ONCE", "true"),
+            ("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", expiry),
+        ];
+        model_worker::WorkerConfig::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+    };
+    let refused = model_worker::idempotency_from_config(&config("600"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("expires_after") && refused.contains("at-most-once"),
+        "{refused}"
+    );
+    let started = model_worker::idempotency_from_config(&config("86400")).await;
+    assert!(started.unwrap().is_at_most_once());
+}

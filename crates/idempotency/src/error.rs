@@ -32,8 +32,8 @@ pub enum Error {
     /// An [at-most-once](crate::Operation::at_most_once) operation found its key claimed by
     /// a run whose lease ended without an outcome: that worker crashed or timed out, and
     /// whether its effect happened is unknown. The function is not run again; retrying
-    /// never helps until an operator reads the record (`lambda-idempotency get <key>`),
-    /// settles what happened, and forgets it (`lambda-idempotency forget <key>`) to let
+    /// never helps until an operator reads the record (`lambda-idempotency get '<key>'`),
+    /// settles what happened, and forgets it (`lambda-idempotency forget '<key>'`) to let
     /// the next delivery run. See "At most once" in the repository's `docs/design.md`.
     ClaimAbandoned {
         /// The stored idempotency id.
@@ -291,6 +291,12 @@ impl Error {
     }
 }
 
+/// `text` as one argument for a POSIX shell: single-quoted, each `'` written `'\''`. A
+/// tenant's stored id starts with `#`, which a shell reads as a comment when unquoted.
+fn shell_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -313,9 +319,10 @@ impl fmt::Display for Error {
                     Some(at) => write!(f, "at {}", crate::record::Utc(*at))?,
                     None => f.write_str("earlier")?,
                 }
+                let quoted = shell_quoted(key);
                 write!(
                     f,
-                    " by a run whose lease ended at {} without an outcome (it crashed or timed out): the earlier run's outcome is unknown, and the operation is at-most-once, so it is not run again. An operator checks whether its effect happened (`lambda-idempotency get {key}`), then forgets the record (`lambda-idempotency forget {key}`) to let the next delivery run; see docs/deploy.md",
+                    " by a run whose lease ended at {} without an outcome (it crashed or timed out): the earlier run's outcome is unknown, and the operation is at-most-once, so it is not run again. An operator checks whether its effect happened (`lambda-idempotency get {quoted}`), then forgets the record (`lambda-idempotency forget {quoted}`) to let the next delivery run; see docs/deploy.md",
                     crate::record::Utc(*lease_ended)
                 )
             }
@@ -682,5 +689,36 @@ mod tests {
                 "{err:?}"
             );
         }
+    }
+
+    /// The commands an abandoned claim's message suggests can be pasted into a shell as
+    /// they are: the key single-quoted, so a tenant's id (which starts with `#`, a shell
+    /// comment) and any `'`, `$`, space or `;` in a key stay part of the argument.
+    #[test]
+    fn an_abandoned_claims_commands_quote_the_key_for_a_shell() {
+        let abandoned = |key: &str| {
+            Error::ClaimAbandoned {
+                key: key.to_owned(),
+                lease_ended: SystemTime::UNIX_EPOCH,
+                claimed_at: None,
+            }
+            .to_string()
+        };
+        let text = abandoned("#acme#fn.pay#k-1");
+        assert!(
+            text.contains("`lambda-idempotency get '#acme#fn.pay#k-1'`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`lambda-idempotency forget '#acme#fn.pay#k-1'`"),
+            "{text}"
+        );
+        let text = abandoned("fn.pay#it's $HOME; rm -rf x");
+        assert!(
+            text.contains(r#"get 'fn.pay#it'\''s $HOME; rm -rf x'`"#),
+            "{text}"
+        );
+        assert_eq!(shell_quoted("a'b"), r#"'a'\''b'"#);
+        assert_eq!(shell_quoted(""), "''");
     }
 }

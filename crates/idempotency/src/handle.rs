@@ -8,6 +8,7 @@ use crate::error::{Error, ExecuteError};
 use crate::invocation::{self, Invocation};
 use crate::key::validation_hash;
 use crate::operation::{Operation, Outcome, check_function_name};
+use crate::outcome_unknown;
 use crate::store::IdempotencyStore;
 use crate::twins::{self, Entered};
 use crate::writes::Writes;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tracing::{Instrument, info_span, warn};
 
@@ -75,7 +77,9 @@ impl IdempotencyBuilder {
         self
     }
 
-    /// A fixed lease, instead of the invocation's deadline.
+    /// A fixed lease, instead of the invocation's deadline (never past it, when one is
+    /// known). [`build`](Self::build) refuses one shorter than a second or longer than 12
+    /// hours, as [`Operation::lease`] does.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = Some(lease);
         self
@@ -84,7 +88,10 @@ impl IdempotencyBuilder {
     /// Makes every operation of this handle at-most-once (see
     /// [`Operation::at_most_once`](crate::Operation::at_most_once)): for a setting read
     /// at start-up, where the operation is built elsewhere (`#[idempotent]`). Default: off,
-    /// each operation says.
+    /// each operation says. [`build`](Self::build) then refuses an
+    /// [`expires_after`](Self::expires_after) no longer than the [`lease`](Self::lease)
+    /// (without one, than 15 minutes, Lambda's longest timeout): a crashed run's claim
+    /// would expire with its lease and be run again.
     pub fn at_most_once(mut self, at_most_once: bool) -> Self {
         self.config.at_most_once = at_most_once;
         self
@@ -141,8 +148,10 @@ impl IdempotencyBuilder {
     /// # Panics
     ///
     /// If the function name is empty or holds `.` or `#` (see [`try_build`](Self::try_build)
-    /// for a name read at run time). Build the handle at start-up: a bad setting then fails
-    /// the init phase, which Lambda reports at once and which loses no message.
+    /// for a name read at run time), on a [`lease`](Self::lease) out of range, or on an
+    /// at-most-once handle's expiry no longer than its lease. Build the handle at
+    /// start-up: a bad setting then fails the init phase, which Lambda reports at once and
+    /// which loses no message.
     pub fn build(self) -> Idempotency {
         self.try_build().unwrap_or_else(|e| panic!("{e}"))
     }
@@ -150,6 +159,12 @@ impl IdempotencyBuilder {
     /// Like [`build`](Self::build), returning [`Error::InvalidName`] instead of panicking.
     pub fn try_build(self) -> Result<Idempotency, Error> {
         check_function_name(&self.config.function_name)?;
+        if let Some(lease) = self.config.lease {
+            crate::operation::check_lease(lease)?;
+        }
+        if self.config.at_most_once {
+            crate::lease::check_at_most_once_expiry(self.config.expires_after, self.config.lease)?;
+        }
         if self.config.disabled {
             warn!(
                 env = config::DISABLED_ENV,
@@ -187,6 +202,13 @@ impl Idempotency {
             config: Config::default(),
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Whether every operation of this handle is at-most-once
+    /// ([`IdempotencyBuilder::at_most_once`]); an operation may still be at-most-once on
+    /// its own ([`Operation::at_most_once`]).
+    pub fn is_at_most_once(&self) -> bool {
+        self.engine.config.at_most_once
     }
 
     /// The store.
@@ -458,17 +480,34 @@ impl Idempotency {
                             None => f().await,
                         }
                     };
+                    // Whether the function said its outcome is unknown (`OutcomeUnknown`).
+                    let unknown = Arc::new(AtomicBool::new(false));
+                    let call = outcome_unknown::within(unknown.clone(), call);
                     // A function that panics releases its claim, as one that fails does,
                     // and the panic goes on: the next delivery runs again at once instead
                     // of waiting for the lease.
                     let result = match AssertUnwindSafe(call).catch_unwind().await {
                         Ok(result) => result,
                         Err(panic) => {
-                            self.engine.release_after_panic(&claim, cutoff).await;
+                            if unknown.load(Ordering::SeqCst) {
+                                self.engine.keep(&claim, "the function panicked");
+                            } else {
+                                self.engine.release_after_panic(&claim, cutoff).await;
+                            }
                             std::panic::resume_unwind(panic)
                         }
                     };
-                    self.engine.finish(&claim, cutoff, result, took_over).await
+                    match result {
+                        // Neither released nor completed: the claim holds until its lease
+                        // ends. An enclosing call's function failing with this is marked
+                        // too: its effect includes this one's.
+                        Err(err) if unknown.load(Ordering::SeqCst) => {
+                            self.engine.keep(&claim, &err.to_string());
+                            outcome_unknown::mark();
+                            Err(ExecuteError::Function(err))
+                        }
+                        result => self.engine.finish(&claim, cutoff, result, took_over).await,
+                    }
                 }
             };
             if let Some(running) = running {

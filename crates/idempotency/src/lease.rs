@@ -18,6 +18,7 @@
 //! [`SqsBatch::deadline_margin`]: crate::SqsBatch::deadline_margin
 
 use crate::clock;
+use crate::error::Error;
 use crate::record::{Claim, Status, epoch_millis, epoch_secs};
 use std::time::{Duration, SystemTime};
 
@@ -35,6 +36,35 @@ pub(crate) const COMPLETION_MARGIN: Duration = Duration::from_millis(600);
 /// Store retries also stop this long before the enclosing batch answers Lambda (see the
 /// module's docs): the margin between a completion's last try and the batch's answer.
 pub(crate) const COMPLETION_HEADROOM: Duration = Duration::from_millis(100);
+
+/// Refuses an [at-most-once](crate::Operation::at_most_once) claim whose record would not
+/// outlive its lease: its expiry would be raised to the lease's end, so the claim of a run
+/// that crashed would expire with its lease and the next delivery would take it over
+/// (run it twice), which at most once exists to prevent. `lease` is the fixed lease, if
+/// any; without one the lease is the invocation's remaining time, up to Lambda's longest
+/// timeout ([`DEFAULT_LEASE`], also the lease when no deadline is known).
+pub(crate) fn check_at_most_once_expiry(
+    expires_after: Duration,
+    lease: Option<Duration>,
+) -> Result<(), Error> {
+    let longest = lease.unwrap_or(DEFAULT_LEASE);
+    if expires_after > longest {
+        return Ok(());
+    }
+    let lease = match lease {
+        Some(lease) => format!("the lease ({lease:?})"),
+        None => format!(
+            "the lease (no fixed lease is set: the invocation's remaining time, up to Lambda's longest timeout, {longest:?})"
+        ),
+    };
+    Err(Error::InvalidName {
+        what: "expires_after",
+        name: format!("{expires_after:?}"),
+        reason: format!(
+            "an at-most-once operation's records must outlive their claims' lease, and this expiry is no longer than {lease}: a crashed run's claim would expire with its lease and the next delivery would run it again. Set expires_after longer than the lease (or a shorter lease), or drop at_most_once"
+        ),
+    })
+}
 
 /// When a claim made at `now` holds its key until: the fixed lease if one is set,
 /// otherwise the invocation's deadline, otherwise [`DEFAULT_LEASE`]; never past the

@@ -88,6 +88,7 @@ mod layer;
 mod lease;
 pub mod metrics;
 mod operation;
+mod outcome_unknown;
 mod record;
 mod record_scope;
 mod records;
@@ -117,6 +118,7 @@ pub use key::KeyStrategy;
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
 pub use operation::{Operation, Outcome};
+pub use outcome_unknown::OutcomeUnknown;
 pub use replay::Replay;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]

@@ -190,7 +190,15 @@ impl Operation {
     ///
     /// A function that returns an error (or panics) still releases its claim, as it does
     /// without this: the next delivery runs it again. Return an error only when the
-    /// effect did not happen.
+    /// effect did not happen. When it may have happened (a request sent whose answer never
+    /// came, a `5xx` from a service that may have acted first), wrap the error in
+    /// [`OutcomeUnknown`](crate::OutcomeUnknown): the claim is kept, and after its lease
+    /// the next delivery is refused as abandoned instead of running again.
+    ///
+    /// The record must outlive the lease: a call under a handle whose
+    /// [`expires_after`](crate::IdempotencyBuilder::expires_after) is no longer than
+    /// the lease (this operation's, the handle's, or 15 minutes without either) fails
+    /// with [`Error::InvalidName`] naming both, before any store request.
     pub fn at_most_once(mut self) -> Self {
         self.at_most_once = true;
         self
@@ -433,7 +441,7 @@ pub(crate) const MAX_OPERATION_LEASE: Duration = Duration::from_secs(12 * 60 * 6
 /// Refuses a lease shorter than [`MIN_LEASE`](crate::lease::MIN_LEASE), which the store's
 /// millisecond clock and the completion's margin leave no time to run in, or longer than
 /// [`MAX_OPERATION_LEASE`].
-fn check_lease(lease: Duration) -> Result<(), Error> {
+pub(crate) fn check_lease(lease: Duration) -> Result<(), Error> {
     if (crate::lease::MIN_LEASE..=MAX_OPERATION_LEASE).contains(&lease) {
         return Ok(());
     }

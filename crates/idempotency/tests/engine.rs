@@ -508,7 +508,8 @@ async fn a_function_that_panics_releases_its_claim_and_the_panic_goes_on() {
     assert_eq!((value.as_str(), outcome), ("ran", Outcome::Executed));
 }
 
-/// Every setting of the handle at 0 and at its maximum: none panics or wraps. A call runs,
+/// Every setting of the handle at 0 and at its maximum (the lease at the ends of its
+/// range): none panics or wraps. A call runs,
 /// its duplicate is answered from the record, and a store that fails once is retried.
 #[tokio::test]
 async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
@@ -517,8 +518,8 @@ async fn every_handle_setting_works_at_zero_and_at_its_maximum() {
     let settings: [(&str, Setting); 12] = [
         ("expires_after(0)", |b| b.expires_after(Duration::ZERO)),
         ("expires_after(MAX)", |b| b.expires_after(Duration::MAX)),
-        ("lease(0)", |b| b.lease(Duration::ZERO)),
-        ("lease(MAX)", |b| b.lease(Duration::MAX)),
+        ("lease(1 s)", |b| b.lease(Duration::from_secs(1))),
+        ("lease(12 h)", |b| b.lease(Duration::from_secs(12 * 3600))),
         ("local_cache(0)", |b| b.local_cache(0)),
         ("local_cache(MAX)", |b| b.local_cache(usize::MAX)),
         ("max_claim_attempts(0)", |b| b.max_claim_attempts(0)),
@@ -656,7 +657,7 @@ async fn an_at_most_once_operation_never_takes_over_a_crashed_run() {
                 assert!(text.contains("outcome is unknown"), "{text}");
                 assert!(text.contains("2027-01-15T08:00:00.000Z"), "{text}");
                 assert!(
-                    text.contains("lambda-idempotency forget local.generate#pay"),
+                    text.contains("lambda-idempotency forget 'local.generate#pay'"),
                     "{text}"
                 );
             }
@@ -1068,4 +1069,434 @@ async fn a_record_is_read_by_its_operation_and_payload() {
     );
     assert_eq!(record.data.as_deref(), Some("\"done\""));
     assert_eq!(idem.record(&op(), &payload("other")).await.unwrap(), None);
+}
+
+/// A claim applied whose answer was lost on every attempt (or lost, then throttled) is a
+/// retryable store error and runs nothing; the library sends a release for it (fenced by
+/// its lease token), so its own claim is not left behind: the next delivery runs, even an
+/// at-most-once one, which would otherwise find the claim abandoned after its lease.
+#[tokio::test(start_paused = true)]
+async fn a_claim_whose_answers_were_lost_is_released_and_the_next_delivery_runs() {
+    for (name, faults) in [
+        ("answer lost on every attempt", vec![Fault::AnswerLost; 3]),
+        (
+            "answer lost, then throttled",
+            vec![Fault::AnswerLost, Fault::Unavailable, Fault::Unavailable],
+        ),
+    ] {
+        for once in [false, true] {
+            let store = FaultyStore::new(MemoryStore::new());
+            let clock = paused_clock();
+            let idem = Idempotency::builder(store.clone())
+                .lease(Duration::from_secs(30))
+                .clock(clock.clone())
+                .build();
+            let op = if once { op().at_most_once() } else { op() };
+            for fault in faults.iter().copied() {
+                store.inject(StoreOp::Claim, fault, 1);
+            }
+            let calls = AtomicU32::new(0);
+            let lost = payload("lost");
+            let deliver = || {
+                idem.execute(&op, &lost, || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>("ran".to_string())
+                })
+            };
+            let first = deliver().await;
+            assert!(
+                matches!(
+                    first,
+                    Err(ExecuteError::Idempotency(Error::Store {
+                        retryable: true,
+                        ..
+                    }))
+                ),
+                "{name}, at most once {once}: {first:?}"
+            );
+            assert_eq!(calls.load(Ordering::SeqCst), 0, "{name}: nothing ran");
+            assert_eq!(store.requests(StoreOp::Release), 1, "{name}: one release");
+            assert_eq!(
+                store.inner().record("local.generate#lost"),
+                None,
+                "{name}, at most once {once}: the lost claim was released"
+            );
+            // The redelivery, even after the lost claim's lease: runs, once.
+            tokio::time::sleep(Duration::from_secs(31)).await;
+            let (_, outcome) = deliver()
+                .await
+                .unwrap_or_else(|e| panic!("{name}, at most once {once}: {e:?}"));
+            assert_eq!(outcome, Outcome::Executed, "{name}");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}");
+        }
+    }
+}
+
+/// A claim refused outright at its first attempt was never applied: no release is sent.
+#[tokio::test]
+async fn a_claim_refused_at_once_sends_no_release() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::new(store.clone());
+    store.inject(StoreOp::Claim, Fault::Rejected, 1);
+    let calls = AtomicU32::new(0);
+    let refused = call(&idem, &payload("r"), &calls).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ExecuteError::Idempotency(Error::Store {
+                retryable: false,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(store.requests(StoreOp::Release), 0);
+}
+
+/// A failed function's release is retried until the lease's cutoff under at most once, as
+/// a completion is: a store that fails the release three times in a row (a brief
+/// brownout) would otherwise leave the claim, and the next delivery would be refused for
+/// good as abandoned although the function said it did nothing. Without at most once the
+/// release keeps its three attempts (a lost release costs a wait for the lease).
+#[tokio::test(start_paused = true)]
+async fn at_most_once_retries_a_failed_functions_release_until_the_cutoff() {
+    for once in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let clock = paused_clock();
+        let idem = Idempotency::builder(store.clone())
+            .lease(Duration::from_secs(30))
+            .clock(clock.clone())
+            .build();
+        let op = if once { op().at_most_once() } else { op() };
+        store.inject(StoreOp::Release, Fault::Unavailable, 5);
+        let calls = AtomicU32::new(0);
+        let deliver = |fail: bool| {
+            let (op, calls) = (&op, &calls);
+            let idem = &idem;
+            async move {
+                idem.execute(op, &payload("f"), || async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if fail {
+                        Err("the provider refused: nothing charged".to_string())
+                    } else {
+                        Ok("charged".to_string())
+                    }
+                })
+                .await
+            }
+        };
+        let first = deliver(true).await;
+        assert!(matches!(first, Err(ExecuteError::Function(_))), "{first:?}");
+        let record = store.inner().record("local.generate#f");
+        if once {
+            assert_eq!(store.requests(StoreOp::Release), 6, "until it went through");
+            assert_eq!(record, None, "released");
+        } else {
+            assert_eq!(store.requests(StoreOp::Release), 3, "three attempts");
+            assert_eq!(record.map(|r| r.status), Some(Status::InProgress));
+        }
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let (_, outcome) = deliver(false)
+            .await
+            .unwrap_or_else(|e| panic!("at most once {once}: {e:?}"));
+        let expected = if once {
+            Outcome::Executed
+        } else {
+            Outcome::TookOver
+        };
+        assert_eq!(outcome, expected, "at most once {once}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+}
+
+/// A function that may have done its effect says so with `OutcomeUnknown`: its error
+/// comes back, and its claim is neither released nor completed. A duplicate within the
+/// lease is in progress; after it, a plain operation takes the claim over (runs again),
+/// an at-most-once one is refused as abandoned (never runs again).
+#[tokio::test(start_paused = true)]
+async fn an_outcome_unknown_keeps_the_claim() {
+    use lambda_idempotency::OutcomeUnknown;
+    for once in [false, true] {
+        let store = FaultyStore::new(MemoryStore::new());
+        let idem = Idempotency::builder(store.clone())
+            .lease(Duration::from_secs(30))
+            .clock(paused_clock())
+            .build();
+        let op = if once { op().at_most_once() } else { op() };
+        let calls = AtomicU32::new(0);
+        let first = idem
+            .execute(&op, &payload("u"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<String, _>(OutcomeUnknown::new(
+                    "the provider did not answer in time; the request was sent".to_string(),
+                ))
+            })
+            .await;
+        match &first {
+            Err(ExecuteError::Function(e)) => {
+                assert!(e.to_string().starts_with("outcome unknown: "), "{e}");
+                assert!(e.to_string().contains("was sent"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.requests(StoreOp::Release), 0, "not released");
+        assert_eq!(store.requests(StoreOp::Complete), 0, "not completed");
+        let record = store.inner().record("local.generate#u").unwrap();
+        assert_eq!(record.status, Status::InProgress, "the claim is kept");
+        let again = || async {
+            idem.execute(&op, &payload("u"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("ran again".to_string())
+            })
+            .await
+        };
+        assert!(
+            matches!(
+                again().await,
+                Err(ExecuteError::Idempotency(Error::AlreadyInProgress { .. }))
+            ),
+            "within its lease the claim holds"
+        );
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let after = again().await;
+        if once {
+            assert!(
+                matches!(
+                    after,
+                    Err(ExecuteError::Idempotency(Error::ClaimAbandoned { .. }))
+                ),
+                "{after:?}"
+            );
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "never run twice");
+        } else {
+            assert_eq!(after.unwrap().1, Outcome::TookOver);
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
+        }
+    }
+}
+
+/// Only the call it was made in is marked: an `OutcomeUnknown` made outside any call, or
+/// in a call that then succeeds, changes nothing (the success is stored); one made in a
+/// nested call and passed up as the enclosing function's error keeps both claims; a
+/// function that panics after saying its outcome is unknown keeps its claim too.
+#[tokio::test]
+async fn an_outcome_unknown_marks_only_the_call_it_was_made_in() {
+    use lambda_idempotency::OutcomeUnknown;
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::new(store.clone());
+    let outside = OutcomeUnknown::new("made before the call".to_string());
+    let failed = idem
+        .execute(&op(), &payload("plain"), || async {
+            Err::<String, _>("the provider refused".to_string())
+        })
+        .await;
+    assert!(matches!(failed, Err(ExecuteError::Function(_))));
+    assert_eq!(
+        store.inner().record("local.generate#plain"),
+        None,
+        "released"
+    );
+    assert_eq!(outside.into_inner(), "made before the call");
+
+    let (value, outcome) = idem
+        .execute(&op(), &payload("ok"), || async {
+            let _ = OutcomeUnknown::new("a first try timed out");
+            Ok::<_, String>("answered on the second try".to_string())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Executed, "{value}");
+    assert_eq!(
+        store.inner().record("local.generate#ok").unwrap().status,
+        Status::Completed
+    );
+
+    let inner_op = Operation::new("inner", KeyStrategy::field("request_id"));
+    let nested = idem
+        .execute(&op(), &payload("outer"), || async {
+            let (value, _) = idem
+                .execute(&inner_op, &payload("inner"), || async {
+                    Err::<String, _>(OutcomeUnknown::new("reset after sending".to_string()))
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(value)
+        })
+        .await;
+    assert!(
+        matches!(nested, Err(ExecuteError::Function(_))),
+        "{nested:?}"
+    );
+    for id in ["local.inner#inner", "local.generate#outer"] {
+        let record = store.inner().record(id);
+        assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "{id}");
+    }
+
+    let panicked = tokio::spawn({
+        let idem = idem.clone();
+        async move {
+            let _ = idem
+                .execute(&op(), &payload("panics"), || async {
+                    let _unknown = OutcomeUnknown::new("sent");
+                    panic!("a bug after the request was sent");
+                    #[allow(unreachable_code)]
+                    Ok::<String, String>(String::new())
+                })
+                .await;
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    let record = store.inner().record("local.generate#panics");
+    assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "kept");
+}
+
+/// A handle's lease is checked when the handle is built, as an operation's is: under a
+/// second or over 12 hours is refused (`Duration::MAX` would hold a crashed claim's key
+/// for centuries), naming the setting; `build` panics with the same message.
+#[test]
+fn a_handle_lease_is_checked_when_it_is_built() {
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(12 * 3600 + 1),
+        Duration::MAX,
+    ] {
+        let built = Idempotency::builder(MemoryStore::new())
+            .lease(lease)
+            .try_build();
+        match built {
+            Err(e @ Error::InvalidName { what: "lease", .. }) => {
+                assert!(e.to_string().contains("1 second to 12 hours"), "{e}");
+            }
+            other => panic!("{lease:?}: {other:?}"),
+        }
+        assert!(
+            std::panic::catch_unwind(|| Idempotency::builder(MemoryStore::new())
+                .lease(lease)
+                .build())
+            .is_err(),
+            "{lease:?}"
+        );
+    }
+    for lease in [Duration::from_secs(1), Duration::from_secs(12 * 3600)] {
+        Idempotency::builder(MemoryStore::new())
+            .lease(lease)
+            .try_build()
+            .unwrap();
+    }
+}
+
+/// At most once needs a record that outlives its claim's lease: with an expiry no longer
+/// than the lease, the expiry is raised to the lease's end and the next delivery after a
+/// crash takes the claim over (runs twice). Refused, naming both settings: when the handle
+/// is built for a handle-wide setting (against its lease, or against Lambda's 15-minute
+/// longest timeout when the lease is the invocation's remaining time), and at the first
+/// call for an operation's own (before any store request, nothing run).
+#[tokio::test]
+async fn at_most_once_refuses_an_expiry_no_longer_than_the_lease() {
+    let refused = |built: Result<Idempotency, Error>, what: &str| match built {
+        Err(
+            e @ Error::InvalidName {
+                what: "expires_after",
+                ..
+            },
+        ) => {
+            let text = e.to_string();
+            for word in ["expires_after", "lease", "at-most-once"] {
+                assert!(text.contains(word), "{what}: {text}");
+            }
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    let handle = |expiry: u64, lease: Option<u64>| {
+        let builder = Idempotency::builder(MemoryStore::new())
+            .at_most_once(true)
+            .expires_after(Duration::from_secs(expiry));
+        match lease {
+            Some(lease) => builder.lease(Duration::from_secs(lease)),
+            None => builder,
+        }
+    };
+    refused(handle(10, Some(30)).try_build(), "shorter than the lease");
+    refused(handle(30, Some(30)).try_build(), "as long as the lease");
+    handle(31, Some(30)).try_build().unwrap();
+    refused(handle(600, None).try_build(), "under 15 minutes");
+    refused(handle(900, None).try_build(), "15 minutes");
+    handle(901, None).try_build().unwrap();
+    // Without at most once an expiry shorter than the lease is raised to it, as before.
+    Idempotency::builder(MemoryStore::new())
+        .expires_after(Duration::from_secs(10))
+        .lease(Duration::from_secs(30))
+        .try_build()
+        .unwrap();
+
+    let store = FaultyStore::new(MemoryStore::new());
+    let idem = Idempotency::builder(store.clone())
+        .expires_after(Duration::from_secs(10))
+        .build();
+    let calls = AtomicU32::new(0);
+    let call = |op: Operation| {
+        let (idem, calls) = (&idem, &calls);
+        async move {
+            idem.execute(&op, &payload("amo"), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("ran".to_string())
+            })
+            .await
+        }
+    };
+    match call(op().at_most_once().lease(Duration::from_secs(30))).await {
+        Err(ExecuteError::Idempotency(e @ Error::InvalidName { .. })) => {
+            assert!(e.is_permanent());
+            assert!(e.to_string().contains("lease"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match call(op().at_most_once()).await {
+        Err(ExecuteError::Idempotency(Error::InvalidName { .. })) => {}
+        other => panic!("the remaining-time lease: {other:?}"),
+    }
+    assert_eq!(
+        (store.total_requests(), calls.load(Ordering::SeqCst)),
+        (0, 0)
+    );
+    let (_, outcome) = call(op().at_most_once().lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Executed,
+        "a lease shorter than the expiry"
+    );
+}
+
+/// The tenant lives in the invocation's task (docs/design.md#tenants): a task spawned
+/// off it has no tenant and uses the untenanted id, which tenants share; the same task
+/// given the context (`with_context`) keeps its tenant's id.
+#[tokio::test]
+async fn a_spawned_task_keeps_its_tenant_only_when_given_the_context() {
+    let idem = Idempotency::builder(MemoryStore::new())
+        .function_name("fn")
+        .build();
+    let op = Operation::new("op", KeyStrategy::field("id"));
+    for (carried, expected) in [(false, "fn.op#k"), (true, "#a#fn.op#k")] {
+        let mut context = lambda_runtime::Context::default();
+        context.tenant_id = Some("a".into());
+        let (idem, op) = (idem.clone(), op.clone());
+        let ctx = context.clone();
+        let id = lambda_idempotency::with_context(&context, async move {
+            let work = async move { idem.idempotency_id(&op, &json!({"id": "k"})) };
+            if carried {
+                tokio::spawn(async move { lambda_idempotency::with_context(&ctx, work).await })
+                    .await
+            } else {
+                tokio::spawn(work).await
+            }
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(id, expected, "carried: {carried}");
+    }
 }

@@ -999,6 +999,157 @@ async fn a_response_too_large_to_store_is_returned_and_its_key_released() {
     assert_eq!((retry.status, retry.body.len(), app.calls()), (200, 10, 2));
 }
 
+/// At most once, a response too large to store still never runs the handler twice: the
+/// record is completed without it (as the engine does for a result too large), the first
+/// caller gets the handler's response, and a retry is `500` `response-not-stored`.
+#[tokio::test]
+async fn at_most_once_a_response_too_large_to_store_completes_its_key_and_never_runs_again() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).at_most_once().build().unwrap());
+    let big = send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "size=500000")
+    })
+    .await;
+    assert_eq!((big.status, big.body.len()), (200, 500_000));
+    assert!(!big.replayed());
+    assert_eq!(store.requests(StoreOp::Release), 0, "not released");
+    assert_eq!(store.requests(StoreOp::Complete), 1);
+    let retry = send(&service, HTTP_API, |e| {
+        set_header(e, "x-test", "size=500000")
+    })
+    .await;
+    assert_eq!(app.calls(), 1, "the handler ran once");
+    assert_eq!(retry.status, 500);
+    assert_eq!(retry.header("retry-after"), None);
+    let problem = retry.json();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#response-not-stored"),
+        "{problem}"
+    );
+}
+
+/// At most once, a handler's `5xx` still releases its key: a `5xx` says the effect did
+/// not happen, and the retry runs the handler again (a handler that may have done its
+/// effect answers otherwise).
+#[tokio::test]
+async fn at_most_once_a_handlers_5xx_still_releases_its_key() {
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).at_most_once().build().unwrap());
+    for _ in 0..2 {
+        let answer = send(&service, HTTP_API, |e| {
+            set_header(e, "x-test", "status=502")
+        })
+        .await;
+        assert_eq!(answer.status, 502);
+    }
+    assert_eq!(app.calls(), 2);
+    assert_eq!(store.requests(StoreOp::Release), 2);
+}
+
+/// A response body that can fail mid-read, as a streamed body does.
+struct FlakyBody(Option<Result<bytes::Bytes, std::io::Error>>);
+
+impl FlakyBody {
+    fn failing() -> Self {
+        FlakyBody(Some(Err(std::io::Error::other(
+            "the body failed mid-stream",
+        ))))
+    }
+}
+
+impl From<Vec<u8>> for FlakyBody {
+    fn from(bytes: Vec<u8>) -> Self {
+        FlakyBody(Some(Ok(bytes.into())))
+    }
+}
+
+impl http_body::Body for FlakyBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(|r| r.map(http_body::Frame::data)))
+    }
+}
+
+/// A handler whose response body fails after it ran (its effect done): without at most
+/// once the key is released and the retry runs it again; at most once the claim is kept
+/// (neither released nor completed), so the retry is in progress while its lease lasts
+/// and `outcome-unknown` after it, never a second run.
+#[tokio::test]
+async fn a_response_body_that_fails_keeps_its_key_only_at_most_once() {
+    use lambda_http::http;
+    use lambda_http::tower::ServiceExt;
+    use lambda_idempotency::clock::TestClock;
+    for at_most_once in [false, true] {
+        let store = store();
+        let clock = TestClock::new(std::time::SystemTime::now());
+        let idempotency = Idempotency::builder(store.clone())
+            .clock(clock.clone())
+            .build();
+        let builder = IdempotencyKeyLayer::builder(idempotency, "generate")
+            .scope(CallerScope::unscoped())
+            .lease(Duration::from_secs(30));
+        let builder = if at_most_once {
+            builder.at_most_once()
+        } else {
+            builder
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let handler = lambda_http::tower::service_fn({
+            let calls = calls.clone();
+            move |_: http::Request<FlakyBody>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, std::io::Error>(http::Response::new(FlakyBody::failing())) }
+            }
+        });
+        let service = ServiceBuilder::new()
+            .layer(builder.build().unwrap())
+            .service(handler);
+        let send = || async {
+            let request = http::Request::post("/generate")
+                .header("idempotency-key", "k-1")
+                .body(FlakyBody::from(b"{}".to_vec()))
+                .unwrap();
+            let response = service.clone().oneshot(request).await.unwrap();
+            let status = response.status().as_u16();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let problem: Value = serde_json::from_slice(&body).unwrap();
+            (status, problem["type"].as_str().unwrap().to_owned())
+        };
+        let (status, problem) = send().await;
+        assert_eq!(status, 500);
+        assert!(problem.ends_with("#response-unreadable"), "{problem}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        if !at_most_once {
+            assert_eq!(store.requests(StoreOp::Release), 1, "released");
+            send().await;
+            assert_eq!(calls.load(Ordering::SeqCst), 2, "the retry runs again");
+            continue;
+        }
+        assert_eq!(store.requests(StoreOp::Release), 0, "kept");
+        assert_eq!(store.requests(StoreOp::Complete), 0);
+        let (status, problem) = send().await;
+        assert_eq!(status, 409, "{problem}");
+        clock.advance(Duration::from_secs(31));
+        let (status, problem) = send().await;
+        assert_eq!(status, 500);
+        assert!(problem.ends_with("#outcome-unknown"), "{problem}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "never run twice");
+    }
+}
+
 #[tokio::test]
 async fn store_failures_are_503_or_500_never_an_unprotected_run() {
     let store = store();
@@ -1507,6 +1658,30 @@ async fn an_at_most_once_key_whose_run_crashed_is_500_outcome_unknown() {
 
     let refused = layer(&store).lease(Duration::ZERO).build().unwrap_err();
     assert!(refused.to_string().contains("lease"), "{refused}");
+
+    // An expiry no longer than the lease would let a crashed run's key expire with its
+    // lease, and the retry run again: refused when the layer is built.
+    let short = Idempotency::builder(store.clone())
+        .expires_after(Duration::from_secs(60))
+        .build();
+    for lease in [None, Some(Duration::from_secs(60))] {
+        let builder = IdempotencyKeyLayer::builder(short.clone(), "generate").at_most_once();
+        let builder = match lease {
+            Some(lease) => builder.lease(lease),
+            None => builder,
+        };
+        let refused = builder.build().unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.contains("expires_after") && text.contains("lease"),
+            "{text}"
+        );
+    }
+    IdempotencyKeyLayer::builder(short, "generate")
+        .at_most_once()
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
 }
 
 /// Lambda's tenant isolation mode: the same caller's same request under two tenants runs

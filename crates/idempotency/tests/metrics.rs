@@ -260,7 +260,7 @@ fn a_stream_record_that_waited_out_a_lease_is_counted_once_by_its_final_answer()
     let all = recorded(|| async {
         let store = MemoryStore::new();
         let elsewhere = Idempotency::builder(store.clone())
-            .lease(Duration::from_millis(300))
+            .lease(Duration::from_secs(1))
             .build();
         let here = Idempotency::new(store);
         let op = Operation::new("job", KeyStrategy::field("id"));

@@ -193,7 +193,7 @@ async fn generate(model: &ModelClient, request: Request) -> Response<Body> {
             "provider-refused",
             &format!("the model provider refused this request: {e}"),
         ),
-        Err(e @ ProviderError::Timeout(_)) => {
+        Err(e @ (ProviderError::Timeout(_) | ProviderError::NoTimeLeft)) => {
             tracing::warn!(error = %e, "the provider did not answer in time");
             problem(
                 StatusCode::GATEWAY_TIMEOUT,

@@ -19,11 +19,19 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 /// Largest error body kept in a [`ProviderError`].
 const ERROR_BODY_PREVIEW: usize = 512;
 
-/// Why a completion request failed. The request may or may not have been billed: the
-/// record is released and the next delivery asks again.
+/// Why a completion request failed. [`may_have_run`](Self::may_have_run) says whether
+/// the provider may have run (and billed) the request anyway: the worker then keeps its
+/// claim under at most once; otherwise the record is released and the next delivery asks
+/// again.
 #[derive(Debug)]
 pub enum ProviderError {
-    /// The request could not be sent or its answer was lost.
+    /// The request was not sent: the connection could not be made.
+    NotSent(String),
+    /// The request was not sent: no time was left before the invocation's deadline (less
+    /// [`DEADLINE_MARGIN`]).
+    NoTimeLeft,
+    /// The connection was made, then failed (a reset, a connection closed mid-answer):
+    /// the request may have been received.
     Transport(String),
     /// The provider answered with an error status.
     Status {
@@ -41,7 +49,11 @@ pub enum ProviderError {
 impl fmt::Display for ProviderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProviderError::Transport(e) => write!(f, "model provider unreachable: {e}"),
+            ProviderError::NotSent(e) => write!(f, "model provider not asked (not sent): {e}"),
+            ProviderError::NoTimeLeft => f.write_str(
+                "model provider not asked (not sent): no time left before the invocation's deadline",
+            ),
+            ProviderError::Transport(e) => write!(f, "model provider connection failed: {e}"),
             ProviderError::Status { status, body } => {
                 write!(f, "model provider answered HTTP {status}: {body}")
             }
@@ -65,6 +77,21 @@ impl ProviderError {
     /// may heal.
     pub fn is_permanent(&self) -> bool {
         matches!(self, ProviderError::Status { status, .. } if refuses_for_good(*status))
+    }
+
+    /// Whether the provider may have run (and billed) the request although the call
+    /// failed: a timeout or a connection failure once the request may have been sent, a
+    /// `5xx` (the provider may have failed after generating), a `2xx` whose body is no
+    /// JSON. Not for a request that was never sent, nor for a `4xx` (`408` and `429`
+    /// included), which says the request was not run.
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            ProviderError::NotSent(_) | ProviderError::NoTimeLeft => false,
+            ProviderError::Status { status, .. } => *status >= 500,
+            ProviderError::Transport(_)
+            | ProviderError::InvalidResponse(_)
+            | ProviderError::Timeout(_) => true,
+        }
     }
 }
 
@@ -129,6 +156,9 @@ impl ModelClient {
             .duration_since(SystemTime::now())
             .unwrap_or_default()
             .saturating_sub(DEADLINE_MARGIN);
+        if left.is_zero() {
+            return Err(ProviderError::NoTimeLeft);
+        }
         tokio::time::timeout(left, self.complete_unbounded(request))
             .await
             .map_err(|_| ProviderError::Timeout(left))?
@@ -148,12 +178,16 @@ impl ModelClient {
         }
         let http_request = builder
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| ProviderError::Transport(e.to_string()))?;
-        let response = self
-            .client
-            .request(http_request)
-            .await
-            .map_err(|e| ProviderError::Transport(format!("{e:?}")))?;
+            .map_err(|e| ProviderError::NotSent(e.to_string()))?;
+        let response = self.client.request(http_request).await.map_err(|e| {
+            // A connection never made sent nothing; any later failure may follow the
+            // request's arrival.
+            if e.is_connect() {
+                ProviderError::NotSent(format!("{e:?}"))
+            } else {
+                ProviderError::Transport(format!("{e:?}"))
+            }
+        })?;
         let status = response.status();
         let bytes = response
             .into_body()

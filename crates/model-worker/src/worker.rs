@@ -15,8 +15,8 @@ use lambda_idempotency::store::dynamodb::AttributeNames;
 use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
-    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, PermanentError, SqsBatch,
-    WithWrites, idempotent,
+    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, OutcomeUnknown, PermanentError,
+    SqsBatch, WithWrites, idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -356,6 +356,11 @@ impl Worker {
                     provider_refused: Refusal { status, body },
                 }
             }
+            // At most once, a call the provider may have run keeps its claim: a
+            // redelivery never asks again (after the lease it is refused, for an operator).
+            Err(e) if e.may_have_run() && self.idempotency.is_at_most_once() => {
+                return Err(OutcomeUnknown::new(e).into());
+            }
             Err(e) => return Err(e.into()),
         };
         // The answer's row commits with its record (`ANSWERS_TABLE`).
@@ -601,5 +606,7 @@ async fn store_from_config(
         Some(expiry) => builder.expires_after(expiry),
         None => builder,
     };
-    Ok((builder.at_most_once(config.at_most_once).build(), table))
+    // At most once with an expiry no longer than a lease is refused here, at start-up.
+    let idempotency = builder.at_most_once(config.at_most_once).try_build()?;
+    Ok((idempotency, table))
 }

@@ -356,3 +356,256 @@ fn a_completion_stored_before_refusals_were_stored_still_reads() {
         assert_eq!(answer, model_worker::Answer::Completion(completion));
     }
 }
+
+/// The worker under `IDEMPOTENCY_AT_MOST_ONCE=true` (the handle's `at_most_once(true)`,
+/// as the binary builds it): `event`'s request, delivered twice, with `first` shaping the
+/// first delivery, and the redelivery once the first claim's lease is over.
+struct AtMostOnce {
+    worker: Worker,
+    clock: lambda_idempotency::clock::TestClock,
+}
+
+impl AtMostOnce {
+    fn new(base_url: &str, at_most_once: bool) -> Self {
+        let model = ModelClient::new(base_url, None).unwrap();
+        let clock = lambda_idempotency::clock::TestClock::new(std::time::SystemTime::now());
+        let idempotency = Idempotency::builder(MemoryStore::new())
+            .at_most_once(at_most_once)
+            .clock(clock.clone())
+            .build();
+        Self {
+            worker: Worker::new(idempotency, model),
+            clock,
+        }
+    }
+
+    /// A delivery of `fixture` whose invocation has `left` before the provider call's own
+    /// deadline (the invocation's, less `DEADLINE_MARGIN`).
+    async fn deliver(
+        &self,
+        fixture: &str,
+        left: std::time::Duration,
+    ) -> lambda_idempotency::BatchReport<model_worker::Delivery> {
+        let mut event = event(fixture);
+        let deadline =
+            std::time::SystemTime::now() + model_worker::provider::DEADLINE_MARGIN + left;
+        event.context.deadline = deadline
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        self.worker.process(event).await
+    }
+
+    /// The redelivery after the first claim's lease (the invocation's deadline) is over.
+    async fn redeliver(
+        &self,
+        fixture: &str,
+    ) -> lambda_idempotency::BatchReport<model_worker::Delivery> {
+        self.clock.advance(std::time::Duration::from_secs(60));
+        self.deliver(fixture, std::time::Duration::from_secs(30))
+            .await
+    }
+}
+
+/// `IDEMPOTENCY_AT_MOST_ONCE=true` never asks the provider twice for one request: a first
+/// delivery whose provider call timed out after it was sent (its answer still to come)
+/// keeps its claim (the reason says the outcome is unknown), a redelivery within its
+/// lease is in progress, and one after it is refused for good (`ClaimAbandoned`, for
+/// an operator): one call in the provider's log. Without the setting, the timed-out call
+/// releases its claim and the redelivery asks again, as before.
+#[tokio::test]
+async fn at_most_once_a_provider_call_that_timed_out_is_never_asked_again() {
+    let single = include_str!("../../../events/single-request.json");
+    for at_most_once in [true, false] {
+        let provider = ProviderStub::start().await.unwrap();
+        let worker = AtMostOnce::new(&provider.base_url(), at_most_once);
+        // Sent, and answered only long after the worker stopped waiting.
+        provider.set_delay(std::time::Duration::from_secs(30));
+        let first = worker
+            .deliver(single, std::time::Duration::from_millis(1200))
+            .await;
+        let failure = first.records[0].result.as_ref().expect_err("timed out");
+        assert_eq!(
+            failure.kind,
+            lambda_idempotency::FailureKind::Error,
+            "retryable"
+        );
+        assert!(
+            failure.reason.contains("did not answer"),
+            "{}",
+            failure.reason
+        );
+        assert_eq!(
+            provider.completion_calls(),
+            1,
+            "the request reached the provider"
+        );
+        provider.set_delay(std::time::Duration::ZERO);
+        if at_most_once {
+            assert!(
+                failure.reason.contains("outcome unknown"),
+                "{}",
+                failure.reason
+            );
+            let within = worker
+                .deliver(single, std::time::Duration::from_secs(30))
+                .await;
+            let within = within.records[0].result.as_ref().unwrap_err();
+            assert_eq!(within.kind, lambda_idempotency::FailureKind::InProgress);
+            let after = worker.redeliver(single).await;
+            let after = after.records[0].result.as_ref().unwrap_err();
+            assert_eq!(
+                after.kind,
+                lambda_idempotency::FailureKind::Rejected,
+                "{after}"
+            );
+            assert!(
+                after.reason.contains("outcome is unknown"),
+                "{}",
+                after.reason
+            );
+            assert_eq!(provider.completion_calls(), 1, "never asked twice");
+        } else {
+            let again = worker
+                .deliver(single, std::time::Duration::from_secs(30))
+                .await;
+            assert!(again.records[0].result.as_ref().unwrap().called_model);
+            assert_eq!(provider.completion_calls(), 2, "released: asked again");
+        }
+    }
+}
+
+/// Under at most once, which provider failures keep the claim: those after which the
+/// provider may have run the request (a 5xx; a connection reset after the request was
+/// sent) keep it, and the redelivery after the lease is refused without asking; those
+/// known not to have run (a 429, a 4xx the deployment causes, a connection refused)
+/// release it, and the next delivery asks at once.
+#[tokio::test]
+async fn at_most_once_keeps_the_claim_only_when_the_provider_may_have_run_the_request() {
+    // Answered with a status every time.
+    for (status, kept) in [(500, true), (503, true), (429, false), (401, false)] {
+        let provider = ProviderStub::start().await.unwrap();
+        let worker = AtMostOnce::new(&provider.base_url(), true);
+        let fixture = asking(&format!("[[status={status}]]"));
+        let left = std::time::Duration::from_secs(30);
+        let first = worker.deliver(&fixture, left).await;
+        let first = first.records[0].result.as_ref().unwrap_err();
+        assert_eq!(
+            first.reason.contains("outcome unknown"),
+            kept,
+            "{status}: {first}"
+        );
+        let next = worker.redeliver(&fixture).await;
+        let next = next.records[0].result.as_ref().unwrap_err();
+        if kept {
+            assert_eq!(
+                next.kind,
+                lambda_idempotency::FailureKind::Rejected,
+                "{status}"
+            );
+            assert_eq!(
+                provider.completion_calls(),
+                1,
+                "{status}: never asked twice"
+            );
+        } else {
+            assert!(
+                next.reason.contains(&status.to_string()),
+                "{status}: {next}"
+            );
+            assert_eq!(
+                provider.completion_calls(),
+                2,
+                "{status}: released, asked again"
+            );
+        }
+    }
+
+    // A connection refused: nothing was sent, the claim is released.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let worker = AtMostOnce::new(&url, true);
+    let single = include_str!("../../../events/single-request.json");
+    for delivery in [
+        worker
+            .deliver(single, std::time::Duration::from_secs(30))
+            .await,
+        worker.redeliver(single).await,
+    ] {
+        let failure = delivery.records[0].result.as_ref().unwrap_err();
+        assert_eq!(
+            failure.kind,
+            lambda_idempotency::FailureKind::Error,
+            "{failure}"
+        );
+        assert!(failure.reason.contains("not sent"), "{}", failure.reason);
+    }
+
+    // A connection reset once the request was read: it may have run.
+    let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", resetting.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let server = tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            loop {
+                let (mut socket, _) = resetting.accept().await.unwrap();
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+                drop(socket);
+            }
+        }
+    });
+    let worker = AtMostOnce::new(&url, true);
+    let first = worker
+        .deliver(single, std::time::Duration::from_secs(30))
+        .await;
+    let first = first.records[0].result.as_ref().unwrap_err();
+    assert!(first.reason.contains("outcome unknown"), "{first}");
+    let next = worker.redeliver(single).await;
+    let next = next.records[0].result.as_ref().unwrap_err();
+    assert_eq!(
+        next.kind,
+        lambda_idempotency::FailureKind::Rejected,
+        "{next}"
+    );
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "asked once"
+    );
+    server.abort();
+}
+
+/// `IDEMPOTENCY_AT_MOST_ONCE=true` with a record expiry no longer than Lambda's longest
+/// invocation would let a crashed request's claim expire with its lease and be asked
+/// again: the start-up stops, naming the expiry; a longer one starts.
+#[tokio::test]
+async fn at_most_once_with_an_expiry_within_an_invocation_stops_the_start_up() {
+    let config = |expiry: &str| {
+        let vars = [
+            ("IDEMPOTENCY_STORE", "memory"),
+            ("MODEL_BASE_URL", "http://127.0.0.1:9"),
+            ("IDEMPOTENCY_AT_MOST_ONCE", "true"),
+            ("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", expiry),
+        ];
+        model_worker::WorkerConfig::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+    };
+    let refused = model_worker::idempotency_from_config(&config("600"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("expires_after") && refused.contains("at-most-once"),
+        "{refused}"
+    );
+    let started = model_worker::idempotency_from_config(&config("86400")).await;
+    assert!(started.unwrap().is_at_most_once());
+}

@@ -22,8 +22,11 @@ use std::time::SystemTime;
 ///   group: its later messages run now rather than reach the dead-letter queue with it
 ///   ([`stop_at_permanent_failures`](Self::stop_at_permanent_failures) to stop anyway).
 ///   Other groups go on in parallel.
-/// - Every record's lease ends with the invocation's deadline. A panic, like a crash,
-///   leaves its record in progress until then; the next delivery after it takes over.
+/// - Every record's lease ends with the invocation's deadline. A crash (or a record
+///   still running when the batch answers) leaves its record in progress until then; the
+///   next delivery after it takes over. A handler that panics releases its claim, as one
+///   that fails does, and the record is reported [`Panicked`](crate::FailureKind::Panicked):
+///   the next delivery runs again at once.
 /// - Records share the invocation's task: the concurrency is for I/O (store and provider
 ///   round trips), not for CPU-bound work.
 /// - When every record fails, the default still returns them as `batchItemFailures`: a

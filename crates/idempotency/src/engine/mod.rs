@@ -55,6 +55,14 @@ impl Engine {
         invocation: Option<Invocation>,
         op: &Operation,
     ) -> Result<Claimed<T>, Error> {
+        let at_most_once = op.at_most_once || self.config.at_most_once;
+        if at_most_once {
+            // An operation's own setting meets the handle's expiry only here.
+            lease::check_at_most_once_expiry(
+                self.config.expires_after,
+                op.lease.or(self.config.lease),
+            )?;
+        }
         let cached = self.cache.as_ref().and_then(|c| c.get(id, self.now()));
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
@@ -80,17 +88,39 @@ impl Engine {
                 lease_until,
                 lease_token: new_lease_token(),
                 validation: validation.clone(),
-                at_most_once: op.at_most_once || self.config.at_most_once,
+                at_most_once,
             };
             let cutoff = lease::store_cutoff(&claim, answer_by);
             let store = &self.store;
             // The same claim (same token) on every attempt: a retry after an answer was
             // lost finds its own record and succeeds.
+            let mut sent = 0u32;
             let outcome = self
                 .retry(cutoff, self.config.max_store_attempts, "claim", || {
+                    sent += 1;
                     store.claim(&claim)
                 })
-                .await?;
+                .await;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(err) => {
+                    // An attempt may have been applied (its answer lost, or it timed out)
+                    // unless the only one was refused outright: release what may be this
+                    // claim's own record, so that it is not left behind to be taken over
+                    // after its lease or, at most once, refused as abandoned although
+                    // nothing ran. Fenced by the claim's token: it never frees another's.
+                    if sent > 1 || err.is_retryable_store_error() {
+                        self.release_within(
+                            &claim,
+                            cutoff,
+                            self.config.max_store_attempts,
+                            "the claim's answer was lost, and nothing ran",
+                        )
+                        .await;
+                    }
+                    return Err(err);
+                }
+            };
             match outcome {
                 ClaimOutcome::Claimed { previous } => {
                     let own = previous
@@ -316,17 +346,43 @@ impl Engine {
         }
     }
 
+    /// Keeps the claim of a function whose outcome is unknown (it made an
+    /// [`OutcomeUnknown`](crate::OutcomeUnknown)): neither released nor completed, it
+    /// holds its key until its lease ends; then a plain claim takes it over, an
+    /// at-most-once one finds it abandoned.
+    pub(crate) fn keep(&self, claim: &Claim, why: &str) {
+        warn!(
+            reason = why,
+            lease_until = ?claim.lease_until,
+            at_most_once = claim.at_most_once,
+            "the function's outcome is unknown: its claim is kept (neither released nor completed) until its lease ends; at most once, a later delivery is then refused until an operator forgets the record"
+        );
+    }
+
     /// Releases the claim of a function that panicked.
     pub(crate) async fn release_after_panic(&self, claim: &Claim, cutoff: SystemTime) {
         self.release(claim, cutoff, "the function panicked").await;
     }
 
+    /// Releases the claim of a function that did not take effect. At most once, retried
+    /// until `cutoff` as a completion is: a release lost there leaves a claim the next
+    /// delivery refuses as abandoned (an operator's work) although nothing took effect.
+    /// Otherwise the handle's `max_store_attempts`: a lost release then
+    /// costs a wait for the lease, after which the claim is taken over.
     async fn release(&self, claim: &Claim, cutoff: SystemTime, why: &str) {
+        let attempts = if claim.at_most_once {
+            u32::MAX
+        } else {
+            self.config.max_store_attempts
+        };
+        self.release_within(claim, cutoff, attempts, why).await;
+    }
+
+    /// Releases `claim` with up to `attempts` attempts, none past `cutoff`.
+    async fn release_within(&self, claim: &Claim, cutoff: SystemTime, attempts: u32, why: &str) {
         let store = &self.store;
         let released = self
-            .retry(cutoff, self.config.max_store_attempts, "release", || {
-                store.release(claim)
-            })
+            .retry(cutoff, attempts, "release", || store.release(claim))
             .await;
         match released {
             Ok(()) => info!(reason = why, "released the claim"),

@@ -204,7 +204,8 @@ impl IdempotencyKeyLayerBuilder {
     /// The base of the problems' `type` URIs, to which each problem's name is appended
     /// (`key-missing`, `key-invalid`, `caller-unidentified`, `key-reused`,
     /// `request-in-progress`, `body-unreadable`, `response-unreadable`,
-    /// `store-unavailable`, `store-failed`, `outcome-unknown`). Default: this project's HTTP guide.
+    /// `store-unavailable`, `store-failed`, `outcome-unknown`, `response-not-stored`).
+    /// Default: this project's HTTP guide.
     pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {
         self.problem_base = base.into();
         self
@@ -215,6 +216,16 @@ impl IdempotencyKeyLayerBuilder {
     /// answered `500` with the problem `outcome-unknown` instead of running the handler
     /// again, until an operator forgets the record. See
     /// [`Operation::at_most_once`](crate::Operation::at_most_once). Default: off.
+    ///
+    /// Once the handler ran, its key is not released again: a response too large to
+    /// store completes the record without it (a retry is `500` `response-not-stored`),
+    /// and a response body that fails keeps the claim (a retry is `409` while its lease
+    /// lasts, `outcome-unknown` after it). What still releases the key, as without this:
+    /// the handler's error, a panic, and a response the store rule does not store
+    /// ([`store_when`](Self::store_when)), **every `5xx` by default**. A `5xx` says the
+    /// effect did not happen and the retry runs the handler again: a handler that may
+    /// have done its effect must answer otherwise (a status that is stored, say `202`
+    /// with what it knows), or it is run twice.
     pub fn at_most_once(mut self) -> Self {
         self.at_most_once = true;
         self
@@ -231,7 +242,8 @@ impl IdempotencyKeyLayerBuilder {
     /// The layer, or the first setting that cannot work: an operation name that is empty
     /// or holds `#` (which ends the stored id's prefix, `{function}.{operation}#{key}`; a
     /// `.` is accepted, as the function name holds none and so the first `.` ends it), a
-    /// header name that is none, a zero key length, no caller scope, a lease out of range.
+    /// header name that is none, a zero key length, no caller scope, a lease out of range,
+    /// at most once with the handle's expiry no longer than the lease.
     pub fn build(self) -> Result<IdempotencyKeyLayer, Error> {
         let header_name = |what: &'static str, name: &str| {
             HeaderName::try_from(name).map_err(|_| Error::InvalidName {
@@ -268,6 +280,12 @@ impl IdempotencyKeyLayerBuilder {
         } else {
             operation
         };
+        if operation.at_most_once || self.idempotency.is_at_most_once() {
+            crate::lease::check_at_most_once_expiry(
+                self.idempotency.engine.config.expires_after,
+                operation.lease.or(self.idempotency.engine.config.lease),
+            )?;
+        }
         #[cfg(feature = "lambda-http")]
         let scope = self.scope.unwrap_or_else(CallerScope::lambda_authorizer);
         #[cfg(not(feature = "lambda-http"))]

@@ -35,6 +35,9 @@ pub(crate) enum Problem {
     /// `500`: an at-most-once key's earlier run ended without a response; what it did is
     /// unknown, and no retry helps until an operator settles it.
     OutcomeUnknown,
+    /// `500`: an at-most-once key's earlier run answered a response too large to store;
+    /// it is not run again, and its response cannot be given again.
+    ResponseNotStored,
 }
 
 impl Problem {
@@ -47,9 +50,10 @@ impl Problem {
             Problem::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::InProgress => StatusCode::CONFLICT,
             Problem::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Problem::StoreFailed | Problem::ResponseUnreadable | Problem::OutcomeUnknown => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Problem::StoreFailed
+            | Problem::ResponseUnreadable
+            | Problem::OutcomeUnknown
+            | Problem::ResponseNotStored => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -66,6 +70,7 @@ impl Problem {
             Problem::StoreUnavailable => "store-unavailable",
             Problem::StoreFailed => "store-failed",
             Problem::OutcomeUnknown => "outcome-unknown",
+            Problem::ResponseNotStored => "response-not-stored",
         }
     }
 
@@ -82,6 +87,9 @@ impl Problem {
             Problem::StoreFailed => "Idempotency store failed",
             Problem::OutcomeUnknown => {
                 "The outcome of an earlier request with this idempotency key is unknown"
+            }
+            Problem::ResponseNotStored => {
+                "The response to an earlier request with this idempotency key was not stored"
             }
         }
     }
@@ -177,9 +185,13 @@ mod tests {
             Problem::StoreUnavailable,
             Problem::StoreFailed,
             Problem::OutcomeUnknown,
+            Problem::ResponseNotStored,
         ];
         let statuses: Vec<u16> = all.iter().map(|p| p.status().as_u16()).collect();
-        assert_eq!(statuses, [400, 400, 401, 422, 409, 400, 500, 503, 500, 500]);
+        assert_eq!(
+            statuses,
+            [400, 400, 401, 422, 409, 400, 500, 503, 500, 500, 500]
+        );
         let mut slugs: Vec<_> = all.iter().map(|p| p.slug()).collect();
         slugs.sort_unstable();
         slugs.dedup();

@@ -89,12 +89,13 @@ where
     }
 }
 
-/// Why the handler's response is not stored: the claim is released and the response (or
-/// the error) goes to the caller as it is.
+/// Why the handler's response is not stored: the claim is released (at most once, a failed
+/// body keeps it) and the response (or the error) goes to the caller as it is.
 enum Unstored<B, E> {
     /// Its status is not one the rule stores.
     Status(Response<B>),
-    /// It is larger than the store's record.
+    /// It is larger than the store's record (not at most once: then the record is
+    /// completed without it).
     TooLarge(Response<B>),
     /// Its body failed while it was read.
     Body(BoxError),
@@ -250,6 +251,7 @@ where
             at.min(d.checked_sub(Duration::from_secs(1)).unwrap_or(d))
         })
     });
+    let at_most_once = s.at_most_once();
     loop {
         // The handler's own response, when it ran: returned as it is, headers and all,
         // whatever the store did afterwards.
@@ -268,7 +270,14 @@ where
             let (response_parts, response_body) = response.into_parts();
             let bytes: Bytes = match response_body.collect().await {
                 Ok(collected) => collected.to_bytes(),
-                Err(e) => return Err(Unstored::Body(e.into())),
+                Err(e) => {
+                    // The handler ran (its effect may be done): at most once, its claim
+                    // is kept rather than released, and no retry runs it again.
+                    if at_most_once {
+                        crate::outcome_unknown::mark();
+                    }
+                    return Err(Unstored::Body(e.into()));
+                }
             };
             let status = response_parts.status;
             let stored =
@@ -278,8 +287,13 @@ where
                 return Err(Unstored::Status(response));
             }
             if !s.fits(id, &stored) {
-                error!(%status, "the response is too large to store: it is returned, and its key is released so a retry runs the handler again");
-                return Err(Unstored::TooLarge(response));
+                if !at_most_once {
+                    error!(%status, "the response is too large to store: it is returned, and its key is released so a retry runs the handler again");
+                    return Err(Unstored::TooLarge(response));
+                }
+                // At most once: the engine completes the record without the response, as
+                // for any result too large, and a retry is never run again.
+                error!(%status, "the response is too large to store: it is returned, and its key completed without it (at most once: a retry is not run again)");
             }
             *ran_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
             Ok(stored)
@@ -371,6 +385,11 @@ impl Settings {
         )
     }
 
+    /// Whether the layer's claims are at most once (its own setting or the handle's).
+    fn at_most_once(&self) -> bool {
+        self.operation.at_most_once || self.idempotency.is_at_most_once()
+    }
+
     /// Whether `stored` fits the store's record for `id`, by the sum the engine checks.
     fn fits(&self, id: &str, stored: &StoredResponse) -> bool {
         let Ok(data) = serde_json::to_string(stored) else {
@@ -425,6 +444,14 @@ impl Settings {
                 self.problem(
                     Problem::OutcomeUnknown,
                     "an earlier request with this idempotency key was started and did not finish; whether it took effect is unknown, and it is not run again until an operator resolves it",
+                    None,
+                )
+            }
+            Error::ResultNotStored { .. } => {
+                error!(error = %report(e), "an at-most-once request's earlier response was too large to store; answering 500");
+                self.problem(
+                    Problem::ResponseNotStored,
+                    "an earlier request with this idempotency key was processed, but its response was too large to store; it is not run again",
                     None,
                 )
             }

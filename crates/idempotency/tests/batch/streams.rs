@@ -336,10 +336,10 @@ async fn a_twin_of_a_permanent_failure_later_in_the_shard_is_permanent_and_does_
 #[tokio::test]
 async fn a_key_whose_lease_ends_before_the_batch_answers_is_waited_for_then_taken_over() {
     let store = MemoryStore::new();
-    // Elsewhere: a call that hangs under a 300 ms lease.
+    // Elsewhere: a call that hangs under a 1 s lease (the shortest).
     let elsewhere = Worker {
         idempotency: Idempotency::builder(store.clone())
-            .lease(Duration::from_millis(300))
+            .lease(Duration::from_secs(1))
             .build(),
         ..Worker::new()
     };
@@ -396,7 +396,7 @@ async fn wait_for_in_progress_at_zero_and_at_its_maximum() {
         let store = MemoryStore::new();
         let elsewhere = Worker {
             idempotency: Idempotency::builder(store.clone())
-                .lease(Duration::from_millis(300))
+                .lease(Duration::from_secs(1))
                 .build(),
             ..Worker::new()
         };
@@ -796,7 +796,7 @@ async fn a_wait_that_would_leave_too_little_time_to_run_is_not_made() {
     let store = MemoryStore::new();
     let elsewhere = Worker {
         idempotency: Idempotency::builder(store.clone())
-            .lease(Duration::from_millis(300))
+            .lease(Duration::from_secs(1))
             .build(),
         ..Worker::new()
     };

@@ -156,7 +156,9 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
     // the late write does not reopen the completed record. A completion likewise. A
     // release (the function failed) likewise: the retried release leaves no record. A
     // claim refused outright: one request, no run. Throttled on every attempt: exactly
-    // the configured attempts, then the error.
+    // the configured attempts, then the error. Applied with its answer lost on every
+    // attempt: the error, and the claim released (no record left to be taken over, or
+    // refused as abandoned at most once, although nothing ran).
     #[rustfmt::skip]
     let cases = [
         //    name                    op        fault        times  requests  then
@@ -169,6 +171,7 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
         case("release_hang",         Release,  Hang,        1,     2,        Released),
         case("claim_rejected",       Claim,    Rejected,    1,     1,        permanent),
         case("claim_throttled",      Claim,    Unavailable, 10,    attempts, throttled),
+        case("claim_answers_lost",   Claim,    AnswerLost,  10,    attempts, throttled),
     ];
 
     let faulty = FaultyStore::new(store);
@@ -457,10 +460,11 @@ pub async fn engine_keeps_leases<S: IdempotencyStore + Clone + 'static>(store: S
     let (value, _) = first.expect("the first call completes");
     assert_eq!(value, "first");
 
-    // Huge settings are capped, not a panic on every call.
+    // Huge settings are capped, not a panic on every call (a lease past 12 hours is
+    // refused when the handle is built).
     let idempotency = Idempotency::builder(store.clone())
         .expires_after(Duration::MAX)
-        .lease(Duration::MAX)
+        .lease(crate::operation::MAX_OPERATION_LEASE)
         .build();
     let op = Operation::new(op_name("huge"), KeyStrategy::field("id"));
     let (value, outcome) = idempotency

@@ -77,3 +77,38 @@ async fn hgetall_calls(store: &RedisStore) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
+
+/// A user refused `INFO` (`-@dangerous`, a common least-privilege user) still lists: the
+/// question whether the node is one of a cluster's is a guard, and its refusal is "no".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_info_still_lists() {
+    let server = PrivateRedis::start().await;
+    let admin = RedisStore::connect(&server.url()).await.unwrap();
+    admin
+        .query(redis::cmd("ACL").arg(
+            &[
+                "SETUSER",
+                "operator",
+                "on",
+                ">pw",
+                "~*",
+                "+@all",
+                "-@dangerous",
+            ][..],
+        ))
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let store = RedisStore::connect(&format!("redis://operator:pw@{addr}"))
+        .await
+        .unwrap();
+    let refused = store.query(redis::cmd("INFO").arg("cluster")).await;
+    assert!(refused.is_err(), "the user is refused INFO: {refused:?}");
+    assert!(!store.is_one_node_of_a_cluster().await.unwrap());
+    let now = SystemTime::now();
+    let claim = Claim::new("f.op#k", now, now + Duration::from_secs(60), "t")
+        .expires_at(now + Duration::from_secs(600));
+    store.claim(&claim).await.unwrap();
+    let page = store.list(&ListRequest::new("f.op#", 100)).await.unwrap();
+    assert_eq!(page.records.len(), 1, "{page:?}");
+}

@@ -120,12 +120,19 @@ impl RedisStore {
     /// Redis Cluster (`INFO cluster`), such as a cluster's configuration endpoint: it
     /// reaches only the keys of that node's slots, and another node's key answers
     /// `MOVED`. Connect with [`connect_cluster`](Self::connect_cluster) instead; a store
-    /// made by it answers `false`.
+    /// made by it answers `false`. A server that refuses the question (a user without
+    /// `INFO`, `-@dangerous`; a proxy that does not know it) answers `false` too: the
+    /// question is a guard, and refusing it must not refuse the store.
     pub async fn is_one_node_of_a_cluster(&self) -> Result<bool, Error> {
         if matches!(self.inner.target, Target::Cluster(_)) {
             return Ok(false);
         }
-        let reply = self.query(redis::cmd("INFO").arg("cluster")).await?;
+        let reply = match self.send(redis::cmd("INFO").arg("cluster")).await? {
+            Ok(reply) => reply,
+            // The server answered, with a refusal: no connection or time fault.
+            Err(refused) if refused.code().is_some() => return Ok(false),
+            Err(failed) => return Err(store_error(failed)),
+        };
         let text = match reply {
             Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Value::VerbatimString { text, .. } => text,

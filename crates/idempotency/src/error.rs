@@ -322,7 +322,7 @@ impl fmt::Display for Error {
                 let quoted = shell_quoted(key);
                 write!(
                     f,
-                    " by a run whose lease ended at {} without an outcome (it crashed or timed out): the earlier run's outcome is unknown, and the operation is at-most-once, so it is not run again. An operator checks whether its effect happened (`lambda-idempotency get {quoted}`), then forgets the record (`lambda-idempotency forget {quoted}`) to let the next delivery run; see docs/deploy.md",
+                    " by a run whose lease ended at {} without an outcome (it crashed or timed out): the earlier run's outcome is unknown, and the operation is at-most-once, so it is not run again. An operator checks whether its effect happened (`lambda-idempotency get {quoted}`), then forgets the record (`lambda-idempotency forget {quoted} --if-version V`, V the version `get` printed) to let the next delivery run; see docs/deploy.md",
                     crate::record::Utc(*lease_ended)
                 )
             }
@@ -710,7 +710,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("`lambda-idempotency forget '#acme#fn.pay#k-1'`"),
+            text.contains("`lambda-idempotency forget '#acme#fn.pay#k-1' --if-version V`"),
             "{text}"
         );
         let text = abandoned("fn.pay#it's $HOME; rm -rf x");

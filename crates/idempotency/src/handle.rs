@@ -162,8 +162,10 @@ impl IdempotencyBuilder {
         if let Some(lease) = self.config.lease {
             crate::operation::check_lease(lease)?;
         }
-        if self.config.at_most_once {
-            crate::lease::check_at_most_once_expiry(self.config.expires_after, self.config.lease)?;
+        if self.config.at_most_once
+            && let Some(lease) = self.config.lease
+        {
+            crate::lease::check_at_most_once_expiry(self.config.expires_after, lease)?;
         }
         if self.config.disabled {
             warn!(
@@ -491,6 +493,9 @@ impl Idempotency {
                         Err(panic) => {
                             if unknown.load(Ordering::SeqCst) {
                                 self.engine.keep(&claim, "the function panicked");
+                                // As on an error: an enclosing call's effect includes
+                                // this one's.
+                                outcome_unknown::mark();
                             } else {
                                 self.engine.release_after_panic(&claim, cutoff).await;
                             }

@@ -40,23 +40,18 @@ pub(crate) const COMPLETION_HEADROOM: Duration = Duration::from_millis(100);
 /// Refuses an [at-most-once](crate::Operation::at_most_once) claim whose record would not
 /// outlive its lease: its expiry would be raised to the lease's end, so the claim of a run
 /// that crashed would expire with its lease and the next delivery would take it over
-/// (run it twice), which at most once exists to prevent. `lease` is the fixed lease, if
-/// any; without one the lease is the invocation's remaining time, up to Lambda's longest
-/// timeout ([`DEFAULT_LEASE`], also the lease when no deadline is known).
+/// (run it twice), which at most once exists to prevent. Checked when a handle is built
+/// against a fixed lease, and for every at-most-once claim against its own lease (the
+/// invocation's remaining time when none is fixed, which only the invocation knows: a
+/// worker with a 30 s timeout may keep records for 5 minutes).
 pub(crate) fn check_at_most_once_expiry(
     expires_after: Duration,
-    lease: Option<Duration>,
+    lease: Duration,
 ) -> Result<(), Error> {
-    let longest = lease.unwrap_or(DEFAULT_LEASE);
-    if expires_after > longest {
+    if expires_after > lease {
         return Ok(());
     }
-    let lease = match lease {
-        Some(lease) => format!("the lease ({lease:?})"),
-        None => format!(
-            "the lease (no fixed lease is set: the invocation's remaining time, up to Lambda's longest timeout, {longest:?})"
-        ),
-    };
+    let lease = format!("the lease ({lease:?})");
     Err(Error::InvalidName {
         what: "expires_after",
         name: format!("{expires_after:?}"),

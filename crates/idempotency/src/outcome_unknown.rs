@@ -37,7 +37,8 @@ tokio::task_local! {
 /// same task: a task spawned by the function is outside it), and counts only if the
 /// function then fails: a function that makes one and still returns `Ok` stores its
 /// result as usual. An idempotent call nested in the function that keeps its claim this
-/// way marks the enclosing call too, when it fails with it. A function that panics after
+/// way marks the enclosing call too: if the enclosing function then fails, with this error
+/// or any other, its claim is kept as well (its effect includes the nested one's). A function that panics after
 /// making one keeps its claim as well. Outside any call it marks nothing.
 ///
 /// Its `Display` is `outcome unknown: ` and the error's; its `source()` is the error's.

@@ -1349,6 +1349,33 @@ async fn an_outcome_unknown_marks_only_the_call_it_was_made_in() {
     assert!(panicked.unwrap_err().is_panic());
     let record = store.inner().record("local.generate#panics");
     assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "kept");
+
+    // A nested call that says so and then panics keeps the enclosing call's claim too.
+    let inner = Operation::new("inner", KeyStrategy::field("request_id"));
+    let panicked = tokio::spawn({
+        let idem = idem.clone();
+        async move {
+            let _ = idem
+                .execute(&op(), &payload("outer-panics"), || async {
+                    idem.execute(&inner, &payload("inner-panics"), || async {
+                        let _unknown = OutcomeUnknown::new("sent");
+                        panic!("a bug after the request was sent");
+                        #[allow(unreachable_code)]
+                        Ok::<String, String>(String::new())
+                    })
+                    .await
+                    .map(|(value, _)| value)
+                    .map_err(|e| e.to_string())
+                })
+                .await;
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    for id in ["local.inner#inner-panics", "local.generate#outer-panics"] {
+        let record = store.inner().record(id);
+        assert_eq!(record.map(|r| r.status), Some(Status::InProgress), "{id}");
+    }
 }
 
 /// A handle's lease is checked when the handle is built, as an operation's is: under a
@@ -1421,9 +1448,9 @@ async fn at_most_once_refuses_an_expiry_no_longer_than_the_lease() {
     refused(handle(10, Some(30)).try_build(), "shorter than the lease");
     refused(handle(30, Some(30)).try_build(), "as long as the lease");
     handle(31, Some(30)).try_build().unwrap();
-    refused(handle(600, None).try_build(), "under 15 minutes");
-    refused(handle(900, None).try_build(), "15 minutes");
-    handle(901, None).try_build().unwrap();
+    // Without a fixed lease the lease is the invocation's remaining time, which only
+    // the invocation knows: a worker with a 30 s timeout may keep records 10 minutes.
+    handle(600, None).try_build().unwrap();
     // Without at most once an expiry shorter than the lease is raised to it, as before.
     Idempotency::builder(MemoryStore::new())
         .expires_after(Duration::from_secs(10))
@@ -1468,6 +1495,21 @@ async fn at_most_once_refuses_an_expiry_no_longer_than_the_lease() {
         outcome,
         Outcome::Executed,
         "a lease shorter than the expiry"
+    );
+    // An invocation that ends sooner than the expiry: its lease is shorter, and it runs.
+    let (_, outcome) = idem
+        .execute_until(
+            &op().at_most_once(),
+            &payload("amo-deadline"),
+            SystemTime::now() + Duration::from_secs(5),
+            || async { Ok::<_, String>("ran".to_string()) },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Executed,
+        "a 5 s invocation, a 10 s expiry"
     );
 }
 

@@ -56,13 +56,6 @@ impl Engine {
         op: &Operation,
     ) -> Result<Claimed<T>, Error> {
         let at_most_once = op.at_most_once || self.config.at_most_once;
-        if at_most_once {
-            // An operation's own setting meets the handle's expiry only here.
-            lease::check_at_most_once_expiry(
-                self.config.expires_after,
-                op.lease.or(self.config.lease),
-            )?;
-        }
         let cached = self.cache.as_ref().and_then(|c| c.get(id, self.now()));
         if let Some(cached) = cached {
             check_validation(id, cached.validation.as_deref(), validation.as_deref())?;
@@ -81,6 +74,14 @@ impl Engine {
         for _ in 0..attempts {
             let now = self.now();
             let lease_until = lease::lease_until(now, op.lease.or(self.config.lease), deadline);
+            if at_most_once {
+                // The claim's own lease: the invocation's remaining time unless fixed,
+                // which no setting knows before the invocation does.
+                lease::check_at_most_once_expiry(
+                    self.config.expires_after,
+                    crate::clock::until(now, lease_until),
+                )?;
+            }
             let claim = Claim {
                 id: id.to_owned(),
                 now,

@@ -225,7 +225,8 @@ impl IdempotencyKeyLayerBuilder {
     /// ([`store_when`](Self::store_when)), **every `5xx` by default**. A `5xx` says the
     /// effect did not happen and the retry runs the handler again: a handler that may
     /// have done its effect must answer otherwise (a status that is stored, say `202`
-    /// with what it knows), or it is run twice.
+    /// with what it knows), or make an [`OutcomeUnknown`](crate::OutcomeUnknown), which
+    /// keeps its key with a status that is not stored; otherwise it is run twice.
     pub fn at_most_once(mut self) -> Self {
         self.at_most_once = true;
         self
@@ -280,10 +281,12 @@ impl IdempotencyKeyLayerBuilder {
         } else {
             operation
         };
-        if operation.at_most_once || self.idempotency.is_at_most_once() {
+        if (operation.at_most_once || self.idempotency.is_at_most_once())
+            && let Some(lease) = operation.lease.or(self.idempotency.engine.config.lease)
+        {
             crate::lease::check_at_most_once_expiry(
                 self.idempotency.engine.config.expires_after,
-                operation.lease.or(self.idempotency.engine.config.lease),
+                lease,
             )?;
         }
         #[cfg(feature = "lambda-http")]

@@ -16,6 +16,12 @@ use std::time::{Duration, SystemTime};
 /// release the claim and answer Lambda.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
+/// How long making a connection (TCP and TLS) may take. A connection that never completes
+/// carried no request: its failure is [`ProviderError::NotSent`], which releases the
+/// claim, not a timeout that may have run, which at most once keeps (a network that drops
+/// connections would otherwise leave every request to an operator).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Largest error body kept in a [`ProviderError`].
 const ERROR_BODY_PREVIEW: usize = 512;
 
@@ -111,7 +117,7 @@ pub fn refuses_for_good(status: u16) -> bool {
 /// password in the URL.
 #[derive(Clone)]
 pub struct ModelClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<BoundedConnect<HttpsConnector<HttpConnector>>, Full<Bytes>>,
     url: String,
     api_key: Option<String>,
 }
@@ -126,6 +132,45 @@ impl fmt::Debug for ModelClient {
     }
 }
 
+/// A connector whose connections fail after `timeout` instead of hanging: hyper reports
+/// that as a connect error (nothing sent).
+#[derive(Clone, Debug)]
+struct BoundedConnect<C> {
+    inner: C,
+    timeout: Duration,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<C> tower_service::Service<hyper::Uri> for BoundedConnect<C>
+where
+    C: tower_service::Service<hyper::Uri>,
+    C::Error: Into<BoxError>,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: hyper::Uri) -> Self::Future {
+        let (connecting, timeout) = (self.inner.call(uri), self.timeout);
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected.map_err(Into::into),
+                Err(_) => Err(format!("no connection within {timeout:?}").into()),
+            }
+        })
+    }
+}
+
 impl ModelClient {
     /// A client for the provider at `base_url` (without `/v1`).
     pub fn new(base_url: &str, api_key: Option<String>) -> std::io::Result<Self> {
@@ -135,7 +180,10 @@ impl ModelClient {
             .enable_http1()
             .build();
         Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(https),
+            client: Client::builder(TokioExecutor::new()).build(BoundedConnect {
+                inner: https,
+                timeout: CONNECT_TIMEOUT,
+            }),
             url: format!("{}/v1/chat/completions", base_url.trim_end_matches('/')),
             api_key,
         })

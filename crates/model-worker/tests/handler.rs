@@ -542,6 +542,32 @@ async fn at_most_once_keeps_the_claim_only_when_the_provider_may_have_run_the_re
         assert!(failure.reason.contains("not sent"), "{}", failure.reason);
     }
 
+    // A TLS handshake that never ends (a listener that takes the connection and says
+    // nothing): no request was sent, so the claim is released, not kept as may-have-run.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", silent.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming() {
+            held.push(stream);
+        }
+    });
+    let worker = AtMostOnce::new(&url, true);
+    for delivery in [
+        worker
+            .deliver(single, std::time::Duration::from_secs(30))
+            .await,
+        worker.redeliver(single).await,
+    ] {
+        let failure = delivery.records[0].result.as_ref().unwrap_err();
+        assert_eq!(
+            failure.kind,
+            lambda_idempotency::FailureKind::Error,
+            "{failure}"
+        );
+        assert!(failure.reason.contains("not sent"), "{}", failure.reason);
+    }
+
     // A connection reset once the request was read: it may have run.
     let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", resetting.local_addr().unwrap());

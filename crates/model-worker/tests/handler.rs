@@ -521,51 +521,42 @@ async fn at_most_once_keeps_the_claim_only_when_the_provider_may_have_run_the_re
         }
     }
 
-    // A connection refused: nothing was sent, the claim is released.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let worker = AtMostOnce::new(&url, true);
+    // Nothing sent, so the claim is released, and the next delivery asks again (and is
+    // not sent either): a connection refused, and a TLS handshake that never ends (a
+    // listener that takes the connection and says nothing), which is no call that may
+    // have run.
     let single = include_str!("../../../events/single-request.json");
-    for delivery in [
-        worker
-            .deliver(single, std::time::Duration::from_secs(30))
-            .await,
-        worker.redeliver(single).await,
-    ] {
-        let failure = delivery.records[0].result.as_ref().unwrap_err();
-        assert_eq!(
-            failure.kind,
-            lambda_idempotency::FailureKind::Error,
-            "{failure}"
-        );
-        assert!(failure.reason.contains("not sent"), "{}", failure.reason);
-    }
-
-    // A TLS handshake that never ends (a listener that takes the connection and says
-    // nothing): no request was sent, so the claim is released, not kept as may-have-run.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("https://{}", silent.local_addr().unwrap());
+    let handshake_never_ends = format!("https://{}", silent.local_addr().unwrap());
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in silent.incoming() {
             held.push(stream);
         }
     });
-    let worker = AtMostOnce::new(&url, true);
-    for delivery in [
-        worker
-            .deliver(single, std::time::Duration::from_secs(30))
-            .await,
-        worker.redeliver(single).await,
-    ] {
-        let failure = delivery.records[0].result.as_ref().unwrap_err();
-        assert_eq!(
-            failure.kind,
-            lambda_idempotency::FailureKind::Error,
-            "{failure}"
-        );
-        assert!(failure.reason.contains("not sent"), "{}", failure.reason);
+    for url in [refused, handshake_never_ends] {
+        let worker = AtMostOnce::new(&url, true);
+        for delivery in [
+            worker
+                .deliver(single, std::time::Duration::from_secs(30))
+                .await,
+            worker.redeliver(single).await,
+        ] {
+            let failure = delivery.records[0].result.as_ref().unwrap_err();
+            assert_eq!(
+                failure.kind,
+                lambda_idempotency::FailureKind::Error,
+                "{url}: {failure}"
+            );
+            assert!(
+                failure.reason.contains("not sent"),
+                "{url}: {}",
+                failure.reason
+            );
+        }
     }
 
     // A connection reset once the request was read: it may have run.

@@ -387,6 +387,15 @@ impl Engine {
             .await;
         match released {
             Ok(()) => info!(reason = why, "released the claim"),
+            // No record holds the claim's token: it was never written (a claim whose
+            // answers were lost may not have landed), or it is no longer its own.
+            Err(Error::LeaseLost { .. }) => info!(
+                reason = why,
+                "nothing to release: no record holds the claim's token"
+            ),
+            Err(err) if claim.at_most_once => {
+                warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; at most once, later deliveries are refused as abandoned until an operator forgets the record or it expires")
+            }
             Err(err) => {
                 warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; it will be taken over when its lease ends")
             }

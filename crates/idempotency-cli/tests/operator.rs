@@ -589,15 +589,7 @@ async fn a_cluster_is_read_through_any_one_of_its_nodes() {
 /// a store that failed (1), instead of hanging an operator's terminal.
 #[tokio::test]
 async fn a_store_that_never_answers_ends_the_command() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    // Accepts and holds every connection, answering nothing.
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming() {
-            held.push(stream);
-        }
-    });
+    let addr = test_support::servers::silent_listener();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
         .args(["--store", "dynamodb://t", "--json", "get", "k"])
         .env("AWS_ENDPOINT_URL_DYNAMODB", format!("http://{addr}"))

@@ -529,14 +529,7 @@ async fn at_most_once_keeps_the_claim_only_when_the_provider_may_have_run_the_re
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let refused = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let handshake_never_ends = format!("https://{}", silent.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in silent.incoming() {
-            held.push(stream);
-        }
-    });
+    let handshake_never_ends = format!("https://{}", test_support::servers::silent_listener());
     for url in [refused, handshake_never_ends] {
         let worker = AtMostOnce::new(&url, true);
         for delivery in [

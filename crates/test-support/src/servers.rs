@@ -80,3 +80,18 @@ pub fn redis_addr() -> std::net::SocketAddr {
         .and_then(|mut addrs| addrs.next())
         .unwrap_or_else(|| panic!("REDIS_TEST_URL {url} names no TCP address"))
 }
+
+/// A server on 127.0.0.1 that takes every connection and never says a byte: a store or
+/// provider that hangs (a TLS handshake that never ends, a request never answered). It
+/// lives as long as the test process; its address.
+pub fn silent_listener() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = listener.local_addr().expect("its address");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    addr
+}

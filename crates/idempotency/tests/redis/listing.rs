@@ -112,3 +112,63 @@ async fn a_user_without_info_still_lists() {
     let page = store.list(&ListRequest::new("f.op#", 100)).await.unwrap();
     assert_eq!(page.records.len(), 1, "{page:?}");
 }
+
+/// A server that stops answering mid-listing (a frozen connection): the cluster question
+/// and the listing each end within the store's request timeout with a retryable error,
+/// never hang; the handle's retry then lists on a fresh connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_on_a_server_that_stopped_answering_ends_and_is_retried() {
+    use test_support::proxy::Proxy;
+    use test_support::servers::redis_addr;
+    let proxy = Proxy::start(redis_addr(), Duration::ZERO).await;
+    let store = RedisStore::connect(&format!("redis://{}", proxy.addr()))
+        .await
+        .unwrap()
+        .namespace(redis_prefix("listing-frozen"))
+        .request_timeout(Duration::from_millis(300));
+    assert!(!store.is_one_node_of_a_cluster().await.unwrap());
+    proxy.freeze();
+    let asked = tokio::time::timeout(Duration::from_secs(5), store.is_one_node_of_a_cluster())
+        .await
+        .expect("the cluster question ends");
+    assert!(
+        matches!(
+            &asked,
+            Err(Error::Store {
+                retryable: true,
+                ..
+            })
+        ),
+        "{asked:?}"
+    );
+    // A freeze stops the connections open at the time: open a fresh one first.
+    store.get("k").await.expect("a fresh connection answers");
+    proxy.freeze();
+    let listed = tokio::time::timeout(
+        Duration::from_secs(5),
+        store.list(&ListRequest::new("f.op#", 10)),
+    )
+    .await
+    .expect("the listing ends");
+    assert!(
+        matches!(
+            &listed,
+            Err(Error::Store {
+                retryable: true,
+                ..
+            })
+        ),
+        "{listed:?}"
+    );
+    // Through the handle, retried: a fresh connection answers.
+    let handle = Idempotency::new(store.clone());
+    store.get("k").await.expect("a fresh connection answers");
+    proxy.freeze();
+    let page = tokio::time::timeout(
+        Duration::from_secs(10),
+        handle.list(&ListRequest::new("f.op#", 10)),
+    )
+    .await
+    .expect("the retried listing ends");
+    assert!(page.is_ok(), "{page:?}");
+}

@@ -93,6 +93,7 @@ mod record;
 mod record_scope;
 mod records;
 mod replay;
+mod spawn;
 pub mod store;
 mod twins;
 mod writes;
@@ -101,8 +102,8 @@ mod writes;
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use batch::KinesisBatch;
 pub use batch::{
-    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PermanentError,
-    RecordFailure, RecordReport, SkippedRecord, SqsBatch,
+    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PartialBatchResponse,
+    PermanentError, RecordFailure, RecordReport, SkippedRecord, SqsBatch,
 };
 #[cfg(feature = "dynamodb-streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]

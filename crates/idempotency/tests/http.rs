@@ -84,6 +84,15 @@ impl App {
             let echo = String::from_utf8_lossy(request.body()).into_owned();
             Body::from(json!({"call": n, "echo": echo}).to_string())
         };
+        if has("context") {
+            // What the handler inherits from where the layer was called.
+            let context = json!({
+                "call": n,
+                "tenant": lambda_idempotency::current_tenant().as_deref(),
+                "deadline": lambda_idempotency::current_deadline().is_some(),
+            });
+            return Ok(response.body(Body::from(context.to_string())).unwrap());
+        }
         let status = value("status=").map_or(200, |s| s.parse().unwrap());
         Ok(response.status(status).body(body).unwrap())
     }
@@ -1720,4 +1729,36 @@ async fn two_tenants_never_share_a_response() {
         3,
         "one record per tenant, one untenanted"
     );
+}
+
+/// The layer runs each request on a task of its own: a request without lambda_http's
+/// context (a custom adapter, a test) called inside `with_context` keeps that invocation's
+/// tenant and deadline there, so two tenants never share a record.
+#[tokio::test]
+async fn a_request_called_within_a_context_keeps_its_tenant_and_deadline() {
+    let store = store();
+    let app = App::new();
+    let mut service = layered(&app, layer(&store).build().unwrap());
+    let mut seen = Vec::new();
+    for tenant in ["a", "b", "a"] {
+        let mut event: Value = serde_json::from_str(REST).unwrap();
+        set_header(&mut event, "x-test", "context");
+        let request: LambdaRequest = serde_json::from_value(event).unwrap();
+        let request = Request::from(request);
+        assert!(request.extensions().get::<Context>().is_none());
+        let mut context = Context::default();
+        context.tenant_id = Some(tenant.to_owned());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        context.deadline = now.unwrap().as_millis() as u64 + 60_000;
+        let response = lambda_idempotency::with_context(&context, service.call(request))
+            .await
+            .unwrap();
+        let body = response.into_body();
+        seen.push(serde_json::from_slice::<Value>(&body).unwrap());
+    }
+    let expected =
+        |call: u64, tenant: &str| json!({"call": call, "tenant": tenant, "deadline": true});
+    assert_eq!(seen, [expected(1, "a"), expected(2, "b"), expected(1, "a")]);
+    assert_eq!(app.calls(), 2);
+    assert_eq!(store.inner().len(), 2, "one record per tenant");
 }

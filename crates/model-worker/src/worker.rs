@@ -15,8 +15,8 @@ use lambda_idempotency::store::dynamodb::AttributeNames;
 use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
-    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, OutcomeUnknown, PermanentError,
-    SqsBatch, WithWrites, idempotent,
+    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, OutcomeUnknown,
+    PartialBatchResponse, PermanentError, SqsBatch, WithWrites, idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -235,7 +235,10 @@ impl Worker {
     }
 
     /// The Lambda handler for an SQS event.
-    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<PartialBatchResponse<SqsBatchResponse>, Error> {
         done(self.process(event).await)
     }
 
@@ -243,7 +246,7 @@ impl Worker {
     pub async fn handle_kinesis(
         &self,
         event: LambdaEvent<KinesisEvent>,
-    ) -> Result<KinesisEventResponse, Error> {
+    ) -> Result<PartialBatchResponse<KinesisEventResponse>, Error> {
         done(self.process_kinesis(event).await)
     }
 
@@ -251,7 +254,7 @@ impl Worker {
     pub async fn handle_dynamodb(
         &self,
         event: LambdaEvent<DynamoDbEvent>,
-    ) -> Result<DynamoDbEventResponse, Error> {
+    ) -> Result<PartialBatchResponse<DynamoDbEventResponse>, Error> {
         done(self.process_dynamodb(event).await)
     }
 
@@ -378,7 +381,9 @@ impl Worker {
 }
 
 /// The partial batch response, after a log line that sums the batch up.
-fn done<R: BatchResponse>(report: BatchReport<Delivery, R>) -> Result<R, Error> {
+fn done<R: BatchResponse>(
+    report: BatchReport<Delivery, R>,
+) -> Result<PartialBatchResponse<R>, Error> {
     let called = report
         .records
         .iter()

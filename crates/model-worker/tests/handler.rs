@@ -160,7 +160,7 @@ async fn the_workers_operation_gives_the_macros_ids() {
         r#"{"model": "m", "messages": [{"role": "user", "content": "no id"}], "temperature": 0.5}"#,
     ] {
         let fixture = serde_json::json!({"Records": [{"messageId": "m1", "body": body}]});
-        worker.process(event(&fixture.to_string())).await;
+        let _ = worker.process(event(&fixture.to_string())).await;
         let request: serde_json::Value = serde_json::from_str(body).unwrap();
         let typed: model_worker::ChatRequest = serde_json::from_value(request).unwrap();
         let id = idempotency

@@ -277,7 +277,8 @@ async fn a_worker_that_dies_mid_call_is_taken_over_after_its_lease(backend: Back
 
 async fn the_same_key_with_a_different_payload_is_refused(backend: Backend) {
     let s = setup(backend, "mismatch").await;
-    s.worker.handle(deliver(SINGLE)).await.unwrap();
+    let first = s.worker.handle(deliver(SINGLE)).await.unwrap();
+    assert!(first.batch_item_failures.is_empty());
     let mut event: Value = serde_json::from_str(SINGLE).unwrap();
     let body = event["Records"][0]["body"]
         .as_str()

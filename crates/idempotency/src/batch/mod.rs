@@ -29,8 +29,8 @@ pub use dynamodb_streams::{DynamoDbStreamBatch, StreamChange};
 #[cfg(feature = "kinesis")]
 pub use kinesis::KinesisBatch;
 pub use report::{
-    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PermanentError,
-    RecordFailure, RecordReport, SkippedRecord,
+    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PartialBatchResponse,
+    PermanentError, RecordFailure, RecordReport, SkippedRecord,
 };
 pub use sqs::SqsBatch;
 

@@ -171,9 +171,11 @@ fn classify<T, E: Into<BoxError>>(
             let kind = failure_kind(error.as_ref());
             let reason = report(error.as_ref());
             match kind {
-                FailureKind::InProgress => info!(%reason, "handed back for redelivery"),
+                FailureKind::InProgress => {
+                    info!(%reason, "in progress elsewhere: reported as a batch item failure")
+                }
                 _ if kind.is_permanent() => {
-                    warn!(%reason, ?kind, "record failed for good: no redelivery can fix it, it will reach the dead-letter queue or on-failure destination")
+                    warn!(%reason, ?kind, "record failed for good: reported as a batch item failure, and no later delivery can succeed")
                 }
                 _ => warn!(%reason, ?kind, "record failed"),
             }
@@ -236,7 +238,7 @@ pub(crate) fn kind_of(e: &Error) -> FailureKind {
 }
 
 pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {
-    let reason = "not finished before the invocation's deadline; its claim stays until its lease ends, then a redelivery takes it over".to_owned();
+    let reason = "not finished before the invocation's deadline; its claim stays until its lease ends, and a later delivery may take it over then".to_owned();
     warn!(item_id = item_id.as_deref().unwrap_or_default(), "{reason}");
     crate::metrics::batch_failure(FailureKind::Unfinished.as_str());
     RecordReport {

@@ -121,6 +121,7 @@ pub struct RecordReport<T> {
 /// response it becomes: [`SqsBatchResponse`],
 /// [`KinesisEventResponse`](aws_lambda_events::event::streams::KinesisEventResponse) or
 /// [`DynamoDbEventResponse`](aws_lambda_events::event::streams::DynamoDbEventResponse).
+#[must_use = "turn it into the partial batch response (`into_response`) and return that to Lambda"]
 #[derive(Debug)]
 pub struct BatchReport<T, R = SqsBatchResponse> {
     /// One report per record run, in the event's order.
@@ -174,6 +175,56 @@ impl BatchResponse for aws_lambda_events::event::streams::DynamoDbEventResponse 
     }
 }
 
+/// The partial batch response for Lambda: return it from the handler. `R` is the source's
+/// response type ([`SqsBatchResponse`],
+/// [`KinesisEventResponse`](aws_lambda_events::event::streams::KinesisEventResponse),
+/// [`DynamoDbEventResponse`](aws_lambda_events::event::streams::DynamoDbEventResponse));
+/// this serializes exactly as `R` does.
+///
+/// It is `#[must_use]`: a handler that drops it (`batch.run_json(event, f).await?;
+/// Ok(())`) answers `null`, which Lambda reads as "every record succeeded", and the failed
+/// records are deleted with the batch. Under `#![deny(unused_must_use)]` (or
+/// `-D warnings`) such a handler does not compile.
+///
+/// ```
+/// use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+/// use lambda_idempotency::{PartialBatchResponse, SqsBatch};
+/// use lambda_runtime::{Error, LambdaEvent};
+///
+/// async fn handler(
+///     event: LambdaEvent<SqsEvent>,
+/// ) -> Result<PartialBatchResponse<SqsBatchResponse>, Error> {
+///     let batch = SqsBatch::new();
+///     Ok(batch
+///         .run(event, |_message| async { Ok::<_, Error>(()) })
+///         .await?)
+/// }
+/// ```
+#[must_use = "return the partial batch response to Lambda: dropped, Lambda reads `null` as every record succeeded and deletes the failed ones"]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartialBatchResponse<R = SqsBatchResponse>(R);
+
+impl<R> PartialBatchResponse<R> {
+    /// The source's own response type.
+    pub fn into_inner(self) -> R {
+        self.0
+    }
+}
+
+impl<R> std::ops::Deref for PartialBatchResponse<R> {
+    type Target = R;
+
+    fn deref(&self) -> &R {
+        &self.0
+    }
+}
+
+impl<R: serde::Serialize> serde::Serialize for PartialBatchResponse<R> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
 impl<T, R: BatchResponse> BatchReport<T, R> {
     /// The records that failed.
     pub fn failures(&self) -> impl Iterator<Item = &RecordReport<T>> {
@@ -185,18 +236,23 @@ impl<T, R: BatchResponse> BatchReport<T, R> {
     /// failed record has no item id (it could not be reported, and Lambda reads an empty
     /// `itemIdentifier` as the whole batch failing, so the invocation fails instead). No
     /// failure is an empty `batchItemFailures`: the whole batch succeeded.
-    pub fn into_response(self) -> Result<R, BatchError> {
+    pub fn into_response(self) -> Result<PartialBatchResponse<R>, BatchError> {
         let fail = self.fail_invocation_when_all_fail;
         self.response(fail)
     }
 
     /// Like [`into_response`](Self::into_response), failing the invocation when every
     /// record failed whatever the batch's setting, so Lambda backs off before it retries.
-    pub fn into_response_failing_when_all_fail(self) -> Result<R, BatchError> {
+    pub fn into_response_failing_when_all_fail(
+        self,
+    ) -> Result<PartialBatchResponse<R>, BatchError> {
         self.response(true)
     }
 
-    fn response(self, fail_invocation_when_all_fail: bool) -> Result<R, BatchError> {
+    fn response(
+        self,
+        fail_invocation_when_all_fail: bool,
+    ) -> Result<PartialBatchResponse<R>, BatchError> {
         let mut response = R::default();
         // A skipped record did not fail: a batch with one never failed whole.
         let total = self.records.len() + self.skipped.len();
@@ -222,7 +278,7 @@ impl<T, R: BatchResponse> BatchReport<T, R> {
                 first_reason: first_reason.unwrap_or_default(),
             });
         }
-        Ok(response)
+        Ok(PartialBatchResponse(response))
     }
 }
 

@@ -155,7 +155,7 @@ macro_rules! batch_entry_points {
                 &self,
                 event: lambda_runtime::LambdaEvent<$event>,
                 handler: F,
-            ) -> Result<$response, crate::BatchError>
+            ) -> Result<crate::PartialBatchResponse<$response>, crate::BatchError>
             where
                 F: Fn($record) -> Fut,
                 Fut: std::future::Future<Output = Result<T, E>>,
@@ -169,7 +169,7 @@ macro_rules! batch_entry_points {
                 &self,
                 event: lambda_runtime::LambdaEvent<$event>,
                 handler: F,
-            ) -> Result<$response, crate::BatchError>
+            ) -> Result<crate::PartialBatchResponse<$response>, crate::BatchError>
             where
                 B: serde::de::DeserializeOwned,
                 F: Fn(B, $input) -> Fut,

@@ -337,7 +337,7 @@ impl Engine {
                 // Its writes are not known to be made: never answer as if they were. The
                 // record stays in progress until its lease ends; a later delivery finds it
                 // completed (the writes were made) or takes it over and runs again.
-                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "the function ran but its writes and result could not be committed; the message must come again");
+                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "the function ran but its writes and result could not be committed: the call fails, and a later delivery finds them committed or takes the claim over after its lease");
                 Err(ExecuteError::Idempotency(err))
             }
             Err(err) => {

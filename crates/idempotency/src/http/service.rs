@@ -70,14 +70,16 @@ where
     /// The request runs on a task of its own: a caller that disconnects (hyper drops the
     /// future) does not cancel a handler whose work is paid for; it finishes and its
     /// response is stored, for the retry to replay. A panic in the handler releases the
-    /// key (in the task) and resumes here.
+    /// key (in the task) and resumes here. The task is spawned when the future is first
+    /// polled, and inherits what the polling task does (its tenant and deadline, set by
+    /// [`with_context`](crate::with_context) around this future).
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let inner = self.inner.clone();
         let settings = self.settings.clone();
-        let task = tokio::spawn(
-            async move { respond(&settings, inner, request).await }.instrument(Span::current()),
-        );
+        let span = Span::current();
         Box::pin(async move {
+            let respond = async move { respond(&settings, inner, request).await };
+            let task = crate::spawn::spawn(respond.instrument(span));
             match task.await {
                 Ok(answer) => answer,
                 Err(e) => match e.try_into_panic() {

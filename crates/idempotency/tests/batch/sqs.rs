@@ -630,7 +630,7 @@ async fn every_records_lease_ends_with_the_invocation() {
     // Leases seen while each function ran, checked outside the batch: an assertion inside
     // a handler would only turn into a caught panic.
     let leases = std::sync::Mutex::new(Vec::new());
-    SqsBatch::new()
+    let _ = SqsBatch::new()
         .run_json(
             LambdaEvent::new(payload, context.clone()),
             |body: Value, _| {

@@ -320,3 +320,64 @@ async fn a_function_returning_its_writes_commits_them_with_its_record_once() {
         .unwrap();
     assert!(store.record(&id).is_some());
 }
+
+/// A store that commits no writes: the memory store's record requests, and nothing else.
+#[derive(Debug, Clone)]
+struct WithoutWrites(FaultyStore<MemoryStore>);
+
+impl IdempotencyStore for WithoutWrites {
+    fn name(&self) -> &'static str {
+        "without-writes"
+    }
+    fn claim<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<lambda_idempotency::store::ClaimOutcome, Error>,
+    > {
+        self.0.claim(claim)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+        data: Option<&'a str>,
+        expiration: std::time::SystemTime,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), Error>> {
+        self.0.complete(claim, data, expiration)
+    }
+    fn release<'a>(
+        &'a self,
+        claim: &'a lambda_idempotency::store::Claim,
+    ) -> lambda_idempotency::store::BoxFuture<'a, Result<(), Error>> {
+        self.0.release(claim)
+    }
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> lambda_idempotency::store::BoxFuture<
+        'a,
+        Result<Option<lambda_idempotency::store::Record>, Error>,
+    > {
+        self.0.get(id)
+    }
+}
+
+/// Writes the handle's store cannot commit are refused before the claim: the paid body
+/// never runs only to have its writes refused, on every delivery.
+#[tokio::test]
+async fn writes_the_store_cannot_commit_are_refused_before_the_body_runs() {
+    let store = FaultyStore::new(MemoryStore::new());
+    let answers = Answers {
+        idempotency: Idempotency::new(WithoutWrites(store.clone())),
+        calls: AtomicU32::new(0),
+    };
+    let err = answers.answer(request("r-2", "hi")).await.unwrap_err();
+    assert!(err.to_string().contains("cannot commit writes"), "{err}");
+    assert_eq!(
+        answers.calls.load(Ordering::SeqCst),
+        0,
+        "the body did not run"
+    );
+    assert_eq!(store.total_requests(), 0, "nothing claimed");
+}

@@ -170,16 +170,25 @@ pub enum Error {
         /// [`PermanentError`](crate::PermanentError) is permanent, of a panic `Panicked`.
         kind: crate::FailureKind,
     },
-    /// The function's own writes were refused by the store, so nothing was written and
-    /// the record was not completed: a condition of one of its items failed (a DynamoDB
-    /// `ConditionCheck` or condition expression, a PostgreSQL constraint or a statement
-    /// that changed other than the rows it expected). The claim is released; a later
-    /// delivery runs the function again.
+    /// The function's own writes were refused by their own condition, so nothing was
+    /// written: a condition of one of its items failed (a DynamoDB `ConditionCheck` or
+    /// condition expression, a PostgreSQL constraint such as a unique key, or a statement
+    /// that changed other than the rows it expected).
+    ///
+    /// No later delivery can change that (the rows that refuse them stay), so by default
+    /// the refusal is **permanent**: the record is completed with it, the function is not
+    /// run again, and every later delivery answers this same error (`retryable: false`)
+    /// until the record expires. An operation whose refusals a later delivery can heal
+    /// ([`Operation::refused_writes_retryable`](crate::Operation::refused_writes_retryable))
+    /// releases the claim instead (`retryable: true`), and the next delivery runs the
+    /// function again.
     WritesRefused {
         /// The stored idempotency id.
         key: String,
         /// Which write, and why (never its values).
         reason: String,
+        /// Whether a later delivery runs the function again (the operation said so).
+        retryable: bool,
     },
     /// The function returned writes of a type its store cannot commit with a completion
     /// (another store's writes, or a store without writes: Redis). Nothing was written; the
@@ -229,9 +238,10 @@ impl Error {
             Error::AlreadyInProgress { .. }
             | Error::InProgressAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
-            | Error::InconsistentState { .. }
-            | Error::WritesRefused { .. } => true,
-            Error::Store { retryable, .. } | Error::TwinFailed { retryable, .. } => *retryable,
+            | Error::InconsistentState { .. } => true,
+            Error::Store { retryable, .. }
+            | Error::TwinFailed { retryable, .. }
+            | Error::WritesRefused { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -254,12 +264,12 @@ impl Error {
             | Error::StoredResultIncompatible { .. }
             | Error::ClaimAbandoned { .. } => true,
             Error::TwinFailed { kind, .. } => kind.is_permanent(),
+            Error::WritesRefused { retryable, .. } => !retryable,
             Error::AlreadyInProgress { .. }
             | Error::InProgressAnswerIncompatible { .. }
             | Error::ReplayAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
-            | Error::WritesRefused { .. }
             | Error::WritesUnsupported { .. }
             | Error::Unsupported { .. }
             | Error::Store { .. } => false,
@@ -380,9 +390,21 @@ impl fmt::Display for Error {
                 f,
                 "a twin of this record with idempotency key {key:?} ran in the same batch and failed: {reason}"
             ),
-            Error::WritesRefused { key, reason } => write!(
+            Error::WritesRefused {
+                key,
+                reason,
+                retryable: true,
+            } => write!(
                 f,
-                "the store refused the function's writes for idempotency key {key:?}, so neither they nor the result were stored: {reason}"
+                "the store refused the function's writes for idempotency key {key:?}, so neither they nor the result were stored (the claim is released: a later delivery runs the function again): {reason}"
+            ),
+            Error::WritesRefused {
+                key,
+                reason,
+                retryable: false,
+            } => write!(
+                f,
+                "the store refused the function's writes for idempotency key {key:?} by their own condition, so neither they nor the result were stored; the refusal is kept in the record and every later delivery answers it without running the function (forget the record to run again, once the rows that refused them are deleted or upserted): {reason}"
             ),
             Error::WritesUnsupported { store, writes } => write!(
                 f,

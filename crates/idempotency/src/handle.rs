@@ -511,7 +511,12 @@ impl Idempotency {
                             outcome_unknown::mark();
                             Err(ExecuteError::Function(err))
                         }
-                        result => self.engine.finish(&claim, cutoff, result, took_over).await,
+                        result => {
+                            let retryable = op.refused_writes_retryable;
+                            self.engine
+                                .finish(&claim, cutoff, result, took_over, retryable)
+                                .await
+                        }
                     }
                 }
             };

@@ -127,6 +127,12 @@ where
             }));
         }
     };
+    if let Some(writes) = R::WRITES {
+        // Before the claim, as `execute_committing` does.
+        handle
+            .refuse_writes_for_another_store(writes)
+            .map_err(R::Err::from)?;
+    }
     let call =
         handle.execute_observed(operation, &payload, context.deadline, true, || async move {
             body().await.into_answer()
@@ -191,6 +197,8 @@ pub trait IdempotentResult: Sized {
     fn returned(value: Self::Ok) -> Self::Returned;
     /// Rebuilds the result.
     fn from_result(result: Result<Self::Returned, Self::Err>) -> Self;
+    /// The store its writes are for ([`StoreWrites::STORE`]), if it has writes.
+    const WRITES: Option<&'static str> = None;
 }
 
 impl<T, E> IdempotentResult for Result<T, E>
@@ -224,6 +232,7 @@ where
     type Ok = T;
     type Err = E;
     type Returned = WithWrites<T, W>;
+    const WRITES: Option<&'static str> = Some(W::STORE);
     fn into_answer(self) -> Result<(T, Option<Writes>), E> {
         self.map(|answer| {
             let writes = (!answer.writes.is_empty()).then(|| Writes::new(answer.writes));

@@ -53,6 +53,9 @@ pub struct Operation {
     /// What a direct call returns for a key in progress (see
     /// [`when_in_progress`](Self::when_in_progress)).
     pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
+    /// Writes refused by their own condition release the claim instead of being kept
+    /// (see [`refused_writes_retryable`](Self::refused_writes_retryable)).
+    pub(crate) refused_writes_retryable: bool,
     /// Its outcome counters, built by its first call (shared by its clones).
     pub(crate) outcome_keys: OutcomeKeysCache,
 }
@@ -86,6 +89,7 @@ impl Operation {
             lease: None,
             on_replay: None,
             when_in_progress: None,
+            refused_writes_retryable: false,
             outcome_keys: OutcomeKeysCache::default(),
         }
     }
@@ -201,6 +205,19 @@ impl Operation {
     /// with [`Error::InvalidName`] naming both, before any store request.
     pub fn at_most_once(mut self) -> Self {
         self.at_most_once = true;
+        self
+    }
+
+    /// Writes this operation's function commits with its record
+    /// ([`execute_committing`](crate::Idempotency::execute_committing)) that are refused by
+    /// their own condition release the claim, and the next delivery runs the function
+    /// again: for conditions a later delivery can meet (a row another process is about to
+    /// write). Off by default: a refusal is kept in the record as its answer
+    /// ([`Error::WritesRefused`] with `retryable: false`), and later deliveries answer it
+    /// without running the function, so a message whose writes can never be made costs
+    /// one call on its way to the dead-letter queue, not one per delivery.
+    pub fn refused_writes_retryable(mut self, retryable: bool) -> Self {
+        self.refused_writes_retryable = retryable;
         self
     }
 

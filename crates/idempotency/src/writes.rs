@@ -131,11 +131,12 @@ impl Idempotency {
     /// ([`Error::LeaseLost`]). The answer and its record can never disagree. A replay
     /// returns the stored result and writes nothing.
     ///
-    /// - writes whose own condition fails: [`Error::WritesRefused`], nothing written, the
-    ///   claim released;
+    /// - writes whose own condition fails: [`Error::WritesRefused`], nothing written; the
+    ///   refusal is kept as the record's answer, so later deliveries answer it without
+    ///   running `f` ([`Operation::refused_writes_retryable`] releases the claim instead);
     /// - writes of a type the store cannot commit (another store's; Redis has none):
-    ///   [`Error::WritesUnsupported`], nothing written, the claim released. Check it at
-    ///   start-up with [`check_writes`](Self::check_writes);
+    ///   [`Error::WritesUnsupported`] before the claim, `f` not run. Check it at start-up
+    ///   with [`check_writes`](Self::check_writes);
     /// - a commit whose outcome stays unknown (the store did not answer before the lease's
     ///   cutoff) is an error, never a success: the message comes again and finds the record
     ///   completed, or takes it over after its lease and runs again.
@@ -180,6 +181,10 @@ impl Idempotency {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<WithWrites<T, W>, E>>,
     {
+        // Before the claim: a store that cannot commit them would refuse them only after
+        // the function ran, on every delivery.
+        self.refuse_writes_for_another_store(W::STORE)
+            .map_err(ExecuteError::Idempotency)?;
         let f = move || async move {
             f().await.map(|answer| {
                 let writes = (!answer.writes.is_empty()).then(|| Writes::new(answer.writes));
@@ -187,6 +192,20 @@ impl Idempotency {
             })
         };
         self.execute_writing(op, payload, f).await
+    }
+
+    /// Refuses writes built for `store` (a [`StoreWrites::STORE`]) that this handle's store
+    /// cannot commit, as [`check_writes`](Self::check_writes) does. Writes whose store is
+    /// chosen at run time ([`Writes`]) and a disabled handle are left to the commit.
+    pub(crate) fn refuse_writes_for_another_store(&self, store: &'static str) -> Result<(), Error> {
+        let engine = &self.engine;
+        if store == Writes::STORE || engine.config.disabled || engine.store.commits_writes(store) {
+            return Ok(());
+        }
+        Err(Error::WritesUnsupported {
+            store: engine.store.name(),
+            writes: store,
+        })
     }
 
     /// [`execute_committing`](Self::execute_committing) with writes of any store's type.

@@ -237,13 +237,15 @@ impl Engine {
     }
 
     /// Stores the function's result for `claim`, or releases the claim when it failed.
-    /// Store requests stop at `cutoff`.
+    /// Store requests stop at `cutoff`. Writes refused by their own condition are kept in
+    /// the record as its answer, unless `refusals_retryable`.
     pub(crate) async fn finish<T, E>(
         &self,
         claim: &Claim,
         cutoff: SystemTime,
         result: Result<(T, Option<Writes>), E>,
         took_over: bool,
+        refusals_retryable: bool,
     ) -> Result<(T, Outcome), ExecuteError<E>>
     where
         T: Serialize,
@@ -327,9 +329,42 @@ impl Engine {
                 warn!("lease lost before completion: another worker took the record over");
                 Err(ExecuteError::Idempotency(Error::LeaseLost { key }))
             }
-            Err(err @ (Error::WritesRefused { .. } | Error::WritesUnsupported { .. })) => {
-                // The function's own writes cannot be made: nothing was written, and a
-                // later delivery runs it again.
+            Err(Error::WritesRefused { key, reason, .. }) if !refusals_retryable => {
+                // Refused by their own condition: no later delivery can change that, and
+                // each would pay for the function again. The refusal is the answer.
+                let kept = refusal_data(&reason);
+                let stored = self
+                    .retry(cutoff, u32::MAX, "complete", || {
+                        store.complete(claim, Some(&kept), expiration)
+                    })
+                    .await;
+                match stored {
+                    Ok(()) => {
+                        warn!(%reason, "the function's writes were refused by their own condition: the refusal is kept as the record's answer, and later deliveries answer it without running")
+                    }
+                    Err(err) => {
+                        warn!(%reason, error = %crate::error::report(&err), "the function's writes were refused, and the refusal could not be kept in the record")
+                    }
+                }
+                Err(ExecuteError::Idempotency(Error::WritesRefused {
+                    key,
+                    reason,
+                    retryable: false,
+                }))
+            }
+            Err(Error::WritesRefused { key, reason, .. }) => {
+                // The operation says a later delivery may succeed: it runs the function
+                // again.
+                self.release(claim, cutoff, "its writes were refused").await;
+                Err(ExecuteError::Idempotency(Error::WritesRefused {
+                    key,
+                    reason,
+                    retryable: true,
+                }))
+            }
+            Err(err @ Error::WritesUnsupported { .. }) => {
+                // A deployment mistake: nothing was written, and a fixed deployment runs
+                // the function.
                 self.release(claim, cutoff, "its writes were refused").await;
                 Err(ExecuteError::Idempotency(err))
             }
@@ -445,7 +480,30 @@ pub(crate) fn check_validation(
     }
 }
 
+/// What a record completed with refused writes holds as its data: a text no result's
+/// JSON starts with, then the refusal's reason.
+const REFUSAL_MARK: &str = "!writes-refused: ";
+
+/// The longest reason kept in a record: it names a write, never its values.
+const MAX_KEPT_REASON: usize = 1024;
+
+/// The data of a record whose function's writes were refused for `reason`.
+fn refusal_data(reason: &str) -> String {
+    let mut end = reason.len().min(MAX_KEPT_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{REFUSAL_MARK}{}", &reason[..end])
+}
+
 pub(crate) fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
+    if let Some(reason) = data.and_then(|d| d.strip_prefix(REFUSAL_MARK)) {
+        return Err(Error::WritesRefused {
+            key: id.to_owned(),
+            reason: reason.to_owned(),
+            retryable: false,
+        });
+    }
     match data {
         Some(data) => {
             serde_json::from_str(data).map_err(|source| Error::StoredResultIncompatible {

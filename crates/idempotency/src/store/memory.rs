@@ -142,6 +142,7 @@ impl MemoryStore {
                         write.key(),
                         write.table()
                     ),
+                    retryable: false,
                 });
             }
         }

@@ -134,7 +134,7 @@ async fn refusals_and_errors_write_nothing_and_show_no_values() {
             let answer = store
                 .complete_with(&c, Some("1"), now, &Writes::new(writes))
                 .await;
-            let Err(Error::WritesRefused { key, reason }) = &answer else {
+            let Err(Error::WritesRefused { key, reason, .. }) = &answer else {
                 panic!("prepared {prepared}: refused, got {answer:?}");
             };
             assert_eq!(key, &c.id);

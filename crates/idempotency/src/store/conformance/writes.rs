@@ -64,6 +64,7 @@ pub async fn run_all<S>(store: S, kit: Option<&dyn WritesKit>)
 where
     S: IdempotencyStore + Clone + 'static,
 {
+    uncommittable_writes_are_refused_before_the_claim(store.clone()).await;
     let Some(kit) = kit else {
         refused_without_writes(store).await;
         return;
@@ -74,6 +75,7 @@ where
     another_store_s_writes_are_refused(&store).await;
     applied_once_however_often_retried(&store, kit).await;
     a_refused_write_writes_nothing(&store, kit).await;
+    a_refusal_is_the_answer(store.clone(), kit).await;
     engine_under_faults(store, kit).await;
 }
 
@@ -175,16 +177,52 @@ pub async fn fenced_on_a_record_completed_by_another(
     assert_eq!(record.data.as_deref(), Some("\"new\""));
 }
 
+/// Writes of a type no store commits.
+#[derive(Debug, Default)]
+struct Foreign;
+
+impl crate::store::StoreWrites for Foreign {
+    const STORE: &'static str = "conformance-foreign";
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// `execute_committing` with writes of a type the store cannot commit refuses them before
+/// it claims: the function does not run, and no store request is made.
+pub async fn uncommittable_writes_are_refused_before_the_claim<S>(store: S)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    let faulty = FaultyStore::new(store);
+    let idempotency = Idempotency::new(faulty.clone());
+    let op = Operation::new(op_name("writes_uncommittable"), KeyStrategy::field("id"));
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let answer = idempotency
+        .execute_committing(&op, &json!({"id": unique_key("k")}), || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(1, Foreign))
+        })
+        .await;
+    assert!(
+        matches!(
+            answer,
+            Err(ExecuteError::Idempotency(Error::WritesUnsupported {
+                writes: "conformance-foreign",
+                ..
+            }))
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(
+        (calls.into_inner(), faulty.total_requests()),
+        (0, 0),
+        "refused before the claim: the function did not run"
+    );
+}
+
 /// Writes built for another store are refused, never applied as if they were the store's.
 pub async fn another_store_s_writes_are_refused(store: &dyn IdempotencyStore) {
-    #[derive(Debug)]
-    struct Foreign;
-    impl crate::store::StoreWrites for Foreign {
-        const STORE: &'static str = "conformance-foreign";
-        fn is_empty(&self) -> bool {
-            false
-        }
-    }
     assert!(!store.commits_writes("conformance-foreign"));
     let key = Key::new(store, "writes_foreign");
     let now = now_ms();
@@ -253,6 +291,114 @@ pub async fn a_refused_write_writes_nothing(store: &dyn IdempotencyStore, kit: &
     assert_eq!(kit.read(&taken).await.as_deref(), Some("first"));
     let record = key.get().await.expect("the claim stays");
     assert_eq!(record.status, Status::InProgress, "not completed");
+}
+
+/// Writes refused by their own condition (the user's unique key met again, say, after an
+/// operator forgot a record whose writes were made) are the answer: the function runs
+/// once, the refusal is kept in the record, and every later delivery answers it without
+/// running, as a permanent failure. Its keeping survives a lost answer; a keeping that
+/// hangs past the cutoff still answers the refusal. An operation whose refusals are
+/// retryable releases the claim instead, and each delivery runs the function.
+pub async fn a_refusal_is_the_answer<S>(store: S, kit: &dyn WritesKit)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    let faulty = FaultyStore::new(store.clone());
+    // The engine's clock follows tokio's, so the lease's cutoff comes on a paused clock too.
+    let idempotency = Idempotency::builder(faulty.clone())
+        .clock(crate::clock::TestClock::new(now_ms()))
+        .lease(Duration::from_secs(2))
+        .store_attempt_timeout(Duration::from_millis(200))
+        .build();
+    let taken = unique_key("taken");
+    let first = Operation::new(op_name("writes_first"), KeyStrategy::field("id"));
+    idempotency
+        .execute_writing(&first, &json!({"id": unique_key("k")}), || async {
+            let writes = kit.writes(&[KitWrite::Put(taken.clone(), "1".into())]);
+            Ok::<_, Error>((1, Some(writes)))
+        })
+        .await
+        .expect("the row is written with its record");
+    // Each delivery of `payload` under `op`: the calls of its function, its answers.
+    let deliver = |op: Operation, payload: serde_json::Value, deliveries: usize| {
+        let (idempotency, taken) = (&idempotency, &taken);
+        async move {
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let mut answers = Vec::new();
+            for _ in 0..deliveries {
+                let answer = idempotency
+                    .execute_writing(&op, &payload, || async {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let writes = kit.writes(&[KitWrite::PutNew(taken.clone(), "2".into())]);
+                        Ok::<_, Error>((2, Some(writes)))
+                    })
+                    .await;
+                answers.push(match answer {
+                    Err(ExecuteError::Idempotency(e @ Error::WritesRefused { retryable, .. })) => {
+                        let text = e.to_string();
+                        let named = ["write 0", "statement 0"].iter().any(|w| text.contains(w));
+                        assert!(named, "names the write or statement: {e}");
+                        assert_eq!(e.is_permanent(), !retryable, "{e}");
+                        assert_eq!(e.is_retryable(), retryable, "{e}");
+                        retryable
+                    }
+                    other => panic!("writes refused by their condition, got {other:?}"),
+                });
+            }
+            (calls.into_inner(), answers)
+        }
+    };
+    let op = Operation::new(op_name("writes_refused"), KeyStrategy::field("id"));
+    let payload = json!({"id": unique_key("k")});
+    assert_eq!(
+        deliver(op.clone(), payload.clone(), 3).await,
+        (1, vec![false; 3]),
+        "the function runs once; each delivery answers the same permanent refusal"
+    );
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    let record = store.get(&id).await.unwrap().expect("the refusal is kept");
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(kit.read(&taken).await.as_deref(), Some("1"), "unchanged");
+
+    // The keeping's answer lost: retried, kept once.
+    faulty.inject(StoreOp::Complete, Fault::Slow(Duration::ZERO), 1);
+    faulty.inject(StoreOp::Complete, Fault::AnswerLost, 1);
+    let payload = json!({"id": unique_key("k")});
+    assert_eq!(
+        deliver(op.clone(), payload.clone(), 2).await,
+        (1, vec![false; 2])
+    );
+    faulty.clear_faults();
+
+    // The keeping hangs past the cutoff: the call still ends with the refusal, and the
+    // claim stays until its lease ends.
+    faulty.inject(StoreOp::Complete, Fault::Slow(Duration::ZERO), 1);
+    faulty.inject(StoreOp::Complete, Fault::Hang, 100);
+    let payload = json!({"id": unique_key("k")});
+    let started = std::time::Instant::now();
+    assert_eq!(
+        deliver(op.clone(), payload.clone(), 1).await,
+        (1, vec![false])
+    );
+    faulty.clear_faults();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the lease"
+    );
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    let record = store.get(&id).await.unwrap().expect("the claim stays");
+    assert_eq!(record.status, Status::InProgress);
+
+    // Retryable refusals: released, and each delivery runs the function.
+    let op = Operation::new(op_name("writes_retried"), KeyStrategy::field("id"))
+        .refused_writes_retryable(true);
+    let payload = json!({"id": unique_key("k")});
+    assert_eq!(
+        deliver(op.clone(), payload.clone(), 2).await,
+        (2, vec![true; 2])
+    );
+    let id = idempotency.idempotency_id(&op, &payload).unwrap();
+    assert_eq!(store.get(&id).await.unwrap(), None, "the claim is released");
 }
 
 /// A store without writes refuses them: no record changes, nothing written apart from it.
@@ -410,26 +556,6 @@ where
         None,
         "a worker that lost its lease writes nothing"
     );
-
-    // A refused write: the function's own failure, the claim released.
-    let taken = unique_key("taken");
-    run(
-        json!({"id": unique_key("k")}),
-        vec![KitWrite::Put(taken.clone(), "1".into())],
-    )
-    .await
-    .unwrap();
-    let payload = json!({"id": unique_key("k")});
-    let answer = run(payload.clone(), vec![KitWrite::PutNew(taken, "2".into())]).await;
-    assert!(
-        matches!(
-            answer,
-            Err(ExecuteError::Idempotency(Error::WritesRefused { .. }))
-        ),
-        "{answer:?}"
-    );
-    let id = idempotency.idempotency_id(&op, &payload).unwrap();
-    assert_eq!(store.get(&id).await.unwrap(), None, "the claim is released");
 
     // A store that refuses the transaction: an error, nothing written.
     let r = unique_key("rejected");

@@ -348,6 +348,7 @@ impl DynamoDbStore {
         let refused = |reason: String| Error::WritesRefused {
             key: claim.id.clone(),
             reason,
+            retryable: false,
         };
         if writes.len() > DynamoDbWrites::MAX_ITEMS {
             return Err(refused(format!(
@@ -411,6 +412,7 @@ impl DynamoDbStore {
             return Err(Error::WritesRefused {
                 key: claim.id.clone(),
                 reason: format!("write {write}{what}: its condition failed"),
+                retryable: false,
             });
         }
         let codes: Vec<String> = reasons.iter().map(code).collect();

@@ -379,6 +379,7 @@ fn refused(claim: &Claim, reason: String) -> Error {
     Error::WritesRefused {
         key: claim.id.clone(),
         reason,
+        retryable: false,
     }
 }
 

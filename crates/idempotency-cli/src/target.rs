@@ -47,6 +47,10 @@ pub(crate) enum OpenError {
     /// The URL or a setting cannot work.
     Setting(String),
     /// The store did not answer.
+    #[cfg_attr(
+        not(any(feature = "dynamodb", feature = "redis", feature = "postgres")),
+        allow(dead_code)
+    )]
     Unreachable(String),
 }
 

@@ -7,7 +7,7 @@ mod args;
 mod output;
 mod target;
 
-use args::{Args, Command, ListArgs, USAGE};
+use args::{Args, Command, ListArgs};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::store::{Forgotten, ListRequest};
 use serde_json::json;
@@ -27,27 +27,19 @@ const CHANGED: u8 = 4;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match args::parse(std::env::args().skip(1)) {
+    let args = match args::parse(std::env::args_os()) {
         Ok(args) => args,
-        Err(e) => {
-            // `--json` may be among what did not parse: look for it alone.
-            if std::env::args().any(|a| a == "--json") {
-                failed_json(&e, USAGE_ERROR);
-            }
-            eprintln!("error: {e}\n\n{USAGE}");
-            return ExitCode::from(USAGE_ERROR);
-        }
+        Err(e) => return usage_error(&e),
     };
-    if args.command == Command::Help {
-        print!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    // As the worker reads them: trimmed, and empty is unset.
-    let env = |name: &str| {
-        std::env::var(name)
+    let settings = args.settings.clone();
+    // The worker's settings as it reads them (trimmed, empty is unset): an option's value
+    // (its variable's when not given), else the variable.
+    let env = move |name: &str| match settings.by_variable(name) {
+        Some(value) => value.map(str::to_owned),
+        None => std::env::var(name)
             .ok()
             .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
+            .filter(|v| !v.is_empty()),
     };
     let handle = match target::url(args.store.clone(), &env) {
         Ok(url) => target::open(&url, &env).await,
@@ -62,6 +54,21 @@ async fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => fail(&args, &lambda_idempotency::report(&e), STORE_FAILED),
     }
+}
+
+/// A command line that did not parse, or asked for help or the version: clap's answer,
+/// with its status (2 for a mistake, 0 for help). With `--json` anywhere in it, a mistake
+/// is also one JSON document on stdout.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    let code = e.exit_code();
+    if code != 0 && std::env::args_os().any(|a| a == "--json") {
+        let text = e.render().to_string();
+        let text = text.trim().trim_start_matches("error: ");
+        failed_json(text, USAGE_ERROR);
+    }
+    // Help and the version on stdout, a mistake on stderr.
+    let _ = e.print();
+    ExitCode::from(u8::try_from(code).unwrap_or(USAGE_ERROR))
 }
 
 /// Ends with `code`, saying why on stderr, and on stdout too as JSON with `--json`, so a
@@ -81,7 +88,6 @@ fn failed_json(why: &str, code: u8) {
 async fn run(args: &Args, handle: &Idempotency) -> Result<u8, lambda_idempotency::Error> {
     let now = SystemTime::now();
     match &args.command {
-        Command::Help => Ok(0),
         Command::Get { id, data } => match handle.record_by_id(id).await? {
             None => {
                 say(
@@ -147,7 +153,11 @@ fn forget_answer(outcome: Forgotten) -> (u8, bool, &'static str) {
         Forgotten::Deleted => (
             0,
             true,
-            "forgotten: the next delivery of its message runs the function again",
+            "forgotten: the next delivery of its message runs the function again. Rows the \
+             function committed with the record (execute_committing, WithWrites), if any, \
+             stay, and its own writes may then be refused by their own condition (a unique \
+             key): delete or upsert those rows before the message is delivered again \
+             (docs/deploy.md, \"On call\")",
         ),
         Forgotten::Absent => (
             0,
@@ -175,7 +185,9 @@ async fn listing(
     handle: &Idempotency,
     now: SystemTime,
 ) -> Result<u8, lambda_idempotency::Error> {
-    let mut request = ListRequest::new(list.prefix.clone(), list.page_size);
+    let mut request = ListRequest::new(list.prefix.clone(), usize::from(list.page_size));
+    let (status, stuck_for) = (list.status(), list.stuck_for());
+    let max_items = usize::try_from(list.max_items).unwrap_or(usize::MAX);
     let (mut examined, mut read, mut matched, mut unreadable) =
         (0usize, 0usize, Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
@@ -186,10 +198,8 @@ async fn listing(
         read += page.records.len() + page.unreadable.len();
         unreadable.extend(page.unreadable);
         for record in page.records {
-            let keep = list.status.is_none_or(|s| record.status == s)
-                && list
-                    .stuck_for
-                    .is_none_or(|d| output::is_stuck(&record, now, d));
+            let keep = status.is_none_or(|s| record.status == s)
+                && stuck_for.is_none_or(|d| output::is_stuck(&record, now, d));
             // Redis's SCAN may return a key twice.
             if keep && seen.insert(record.id.clone()) {
                 matched.push(record);
@@ -197,7 +207,7 @@ async fn listing(
         }
         let next = match page.next {
             None => break true,
-            Some(_) if examined >= list.max_items => break false,
+            Some(_) if examined >= max_items => break false,
             next => next,
         };
         if !args.quiet && said.elapsed() >= Duration::from_secs(1) {
@@ -209,12 +219,7 @@ async fn listing(
         }
         request = request.after(next);
     };
-    if !args.quiet {
-        eprintln!(
-            "about {examined} examined, {read} records read, {} match",
-            matched.len()
-        );
-    }
+    // The summary is said once, with the listing (the JSON's counts, the last line).
     if args.json {
         let records: Vec<_> = matched
             .iter()

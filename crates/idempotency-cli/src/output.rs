@@ -87,7 +87,10 @@ pub(crate) fn human(record: &Record, now: SystemTime, data: bool) -> String {
     line("id", shown(&record.id));
     line("status", record.status.as_str().to_owned());
     line("expires", when(record.expiration, now));
-    if let Some(end) = record.in_progress_expiration {
+    // A claim's lease; a completed record has none, whatever its store kept of the claim's.
+    if record.status == Status::InProgress
+        && let Some(end) = record.in_progress_expiration
+    {
         let ended = if end < now { "ended" } else { "ends" };
         line("lease", format!("{ended} {}", when(end, now)));
     }
@@ -218,7 +221,8 @@ mod tests {
         assert!(human(&claim, now, false).contains("result       none yet"));
         assert!(summary(&claim, now).contains("lease ends in 30s"));
         let mut done = Record::new("f.op#k", Status::Completed, now);
-        done.in_progress_expiration = None;
+        done.in_progress_expiration = Some(now - Duration::from_secs(30));
+        assert!(!human(&done, now, false).contains("lease  "));
         assert!(human(&done, now, false).contains("not stored (too large)"));
         assert!(summary(&done, now).contains("no result stored"));
         assert_eq!(span(Duration::from_secs(59)), "59s");

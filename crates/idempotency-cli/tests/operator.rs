@@ -416,7 +416,21 @@ async fn a_record_completed_after_it_was_read_is_not_forgotten(backend: Backend)
         (0, &json!("COMPLETED"), &json!("\"done\"")),
         "{kept}"
     );
-    let (code, forgot) = command(
+    // For a person: a completed record has no lease to show, whatever its store kept of
+    // the claim's.
+    let (code, text) = for_a_person(&store, &["get", &id]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("status") && l.contains("COMPLETED"))
+            && !text
+                .lines()
+                .any(|l| l.starts_with("lease") && !l.starts_with("lease token")),
+        "{backend}: {text}"
+    );
+    // Forgetting a completed record says what becomes of the rows its function committed
+    // with it.
+    let (code, text) = for_a_person(
         &store,
         &[
             "forget",
@@ -426,7 +440,36 @@ async fn a_record_completed_after_it_was_read_is_not_forgotten(backend: Backend)
         ],
     )
     .await;
-    assert_eq!((code, &forgot["forgotten"]), (0, &json!(true)), "{forgot}");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("forgotten") && text.contains("delete or upsert"),
+        "{text}"
+    );
+    let (code, gone) = command(&store, &["get", &id]).await;
+    assert_eq!((code, &gone["found"]), (3, &json!(false)), "{gone}");
+}
+
+/// The binary's exit status and its stdout, as a person reads it.
+async fn for_a_person(store: &TestStore, args: &[&str]) -> (i32, String) {
+    let (url, env) = store
+        .command_line()
+        .expect("a store another process reaches");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"))
+        .args(["--store", &url, "--quiet"])
+        .args(args)
+        .env_remove("IDEMPOTENCY_STORE")
+        .env_remove("IDEMPOTENCY_TABLE")
+        .env_remove("IDEMPOTENCY_REDIS_NAMESPACE")
+        .envs(env)
+        .output()
+        .await
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code().expect("an exit status"),
+        format!("{text}{stderr}"),
+    )
 }
 
 /// `--max-items` bounds what a listing examines, not only what it matches: a prefix that
@@ -651,8 +694,43 @@ async fn a_listing_for_a_person_says_where_it_stopped() {
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stdout.contains("stopped at --max-items 2"), "{stdout}");
+    assert_eq!(
+        stdout.matches("records read").count(),
+        1,
+        "the summary once: {stdout}"
+    );
+    assert!(
+        stderr.is_empty(),
+        "a listing done within a second has no progress to tell, and its summary is on stdout once: {stderr}"
+    );
+
+    // A listing that takes seconds (each page held back by a slow network) tells its
+    // progress on stderr as it goes, unless `--quiet`; its summary is still said once.
+    let proxy = test_support::proxy::Proxy::start(
+        test_support::servers::redis_addr(),
+        Duration::from_millis(400),
+    )
+    .await;
+    let slow_url = format!("redis://{}", proxy.addr());
+    let slow = |quiet: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"));
+        command
+            .args(["--store", &slow_url, "list", "--page-size", "1"])
+            .args(["--max-items", "5", "--prefix"])
+            .arg(format!("worker.{run}#"))
+            .args(quiet)
+            .envs(env.clone());
+        command
+    };
+    let out = slow(&[]).output().await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("examined"), "progress on stderr: {stderr}");
-    let quiet = list(&["--quiet"]).output().await.unwrap();
+    assert_eq!(stdout.matches("records read").count(), 1, "{stdout}");
+    let quiet = slow(&["--quiet"]).output().await.unwrap();
     assert!(quiet.stderr.is_empty(), "{quiet:?}");
 
     // `| head` that has read enough: the pipe is closed before the listing is written.

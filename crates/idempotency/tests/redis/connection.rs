@@ -168,6 +168,13 @@ async fn a_start_up_error_returned_from_main_prints_its_report() {
     for text in [text, structured] {
         assert!(!text.contains("hunter2"), "{text}");
     }
+    // A URL that does not parse: the sentence, and still no password.
+    let err = RedisStore::connect("redis://worker:hunter2-redis@127.0.0.1:port/0")
+        .await
+        .expect_err("no port");
+    for text in [format!("{err:?}"), format!("{err:#?}")] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
 }
 
 /// In-transit encryption and ACL credentials, as ElastiCache uses them: a private server

@@ -328,3 +328,45 @@ impl TestStore {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test's store leaves nothing on the servers other runs share once it is dropped:
+    /// neither a 15-day key under its namespace nor its table.
+    #[tokio::test]
+    async fn a_dropped_test_store_leaves_no_key_and_no_table() {
+        let store = TestStore::open(Backend::Redis, "leftovers").await;
+        let namespace = store.namespace.clone().expect("a namespace");
+        let (_, admin) = store.redis.clone().expect("the admin connection");
+        let key = format!("{namespace}fn.op#a key with spaces");
+        admin
+            .query(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg("v")
+                    .arg("EX")
+                    .arg(1_296_000),
+            )
+            .await
+            .unwrap();
+        drop(store);
+        let left = admin.query(redis::cmd("EXISTS").arg(&key)).await.unwrap();
+        assert_eq!(left, redis::Value::Int(0), "{key} is left");
+
+        let store = TestStore::open(Backend::Postgres, "leftovers").await;
+        let (_, table) = store.postgres.clone().expect("a table");
+        drop(store);
+        let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!exists, "{table} is left");
+    }
+}

@@ -88,7 +88,7 @@ ensure_redis() {
   fi
   export REDIS_TEST_PREFIX="idem-test:$RUN_ID:"
   if command -v redis-cli >/dev/null 2>&1; then
-    at_exit "redis-cli -u '$REDIS_TEST_URL' --scan --pattern '${REDIS_TEST_PREFIX}*' 2>/dev/null | xargs -r -n 500 redis-cli -u '$REDIS_TEST_URL' del >/dev/null 2>&1 || true"
+    at_exit "redis-cli -u '$REDIS_TEST_URL' --scan --pattern '${REDIS_TEST_PREFIX}*' 2>/dev/null | tr '\\n' '\\0' | xargs -0 -r -n 500 redis-cli -u '$REDIS_TEST_URL' del >/dev/null 2>&1 || true"
   fi
 }
 

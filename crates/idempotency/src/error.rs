@@ -13,7 +13,10 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// [`Error::AlreadyInProgress`] means "redeliver later", [`Error::PayloadMismatch`] and
 /// [`Error::KeyMissing`] will never succeed on retry (let the message reach the
 /// dead-letter queue), [`Error::Store`] with `retryable: true` is worth another delivery.
-#[derive(Debug)]
+///
+/// Printed, as every error of this crate: `{}` is its own layer only, [`report`] (and `{:?}`,
+/// what a `main` that returns it with `?` prints) the sentence and every cause on one line;
+/// `{:#?}` is structured.
 #[non_exhaustive]
 pub enum Error {
     /// Another worker holds a live lease on this key. Hand the message back for redelivery.
@@ -436,6 +439,61 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The variant's name, for the structured `{:#?}`.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::AlreadyInProgress { .. } => "AlreadyInProgress",
+            Error::ClaimAbandoned { .. } => "ClaimAbandoned",
+            Error::PayloadMismatch { .. } => "PayloadMismatch",
+            Error::KeyMissing { .. } => "KeyMissing",
+            Error::InvalidKey { .. } => "InvalidKey",
+            Error::InvalidName { .. } => "InvalidName",
+            Error::KeyTooLong { .. } => "KeyTooLong",
+            Error::LeaseLost { .. } => "LeaseLost",
+            Error::ResultTooLarge { .. } => "ResultTooLarge",
+            Error::ResultNotStored { .. } => "ResultNotStored",
+            Error::Serialization { .. } => "Serialization",
+            Error::StoredResultIncompatible { .. } => "StoredResultIncompatible",
+            Error::ReplayAnswerIncompatible { .. } => "ReplayAnswerIncompatible",
+            Error::InProgressAnswerIncompatible { .. } => "InProgressAnswerIncompatible",
+            Error::TwinFailed { .. } => "TwinFailed",
+            Error::WritesRefused { .. } => "WritesRefused",
+            Error::WritesUnsupported { .. } => "WritesUnsupported",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::InconsistentState { .. } => "InconsistentState",
+            Error::Store { .. } => "Store",
+        }
+    }
+}
+
+/// `{:?}` is [`report`]: the sentence and its causes, as anyhow's `Debug` is, so a `main`
+/// that returns the error with `?` prints `Error: ` and a readable line. `{:#?}` is the
+/// variant with each layer's text (a cause's `Display`, never a driver's `Debug`, which
+/// may hold a connection's settings).
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return f.write_str(&report(self));
+        }
+        let mut causes = Vec::new();
+        let mut cause = self.source();
+        while let Some(c) = cause {
+            causes.push(c.to_string());
+            cause = c.source();
+        }
+        let mut structured = f.debug_struct(self.variant());
+        structured
+            .field("message", &self.to_string())
+            .field("retryable", &self.is_retryable())
+            .field("permanent", &self.is_permanent());
+        if !causes.is_empty() {
+            structured.field("causes", &causes);
+        }
+        structured.finish()
+    }
+}
+
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
@@ -456,7 +514,6 @@ impl StdError for Error {
 /// What [`Idempotency::execute`](crate::Idempotency::execute) fails with: either the
 /// idempotency layer refused or failed, or the wrapped function returned its own error
 /// (after which the record was released).
-#[derive(Debug)]
 pub enum ExecuteError<E> {
     /// The idempotency layer's own error.
     Idempotency(Error),
@@ -486,6 +543,21 @@ impl<E> fmt::Display for ExecuteError<E> {
             ExecuteError::Idempotency(_) => "the idempotency layer failed the call",
             ExecuteError::Function(_) => "the idempotent function failed",
         })
+    }
+}
+
+/// `{:?}` is this layer and the inner error's report: [`report`] of the library's error, the
+/// function's error in its own `Debug` (its report too, for an error that follows this
+/// crate's convention or anyhow's). `{:#?}` is `Idempotency(..)` or `Function(..)` with the
+/// inner error's `{:#?}`.
+impl<E: fmt::Debug> fmt::Debug for ExecuteError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self, f.alternate()) {
+            (ExecuteError::Idempotency(e), true) => f.debug_tuple("Idempotency").field(e).finish(),
+            (ExecuteError::Function(e), true) => f.debug_tuple("Function").field(e).finish(),
+            (ExecuteError::Idempotency(e), false) => write!(f, "{self}: {}", report(e)),
+            (ExecuteError::Function(e), false) => write!(f, "{self}: {e:?}"),
+        }
     }
 }
 
@@ -595,6 +667,37 @@ mod tests {
         let err: ExecuteError<Layer> =
             ExecuteError::Function(Layer("a", Some(Box::new(Layer("b", None)))));
         assert_eq!(report(&err), "the idempotent function failed: a: b");
+    }
+
+    /// `{:?}`, what a `main` returning the error with `?` prints, is the report of every
+    /// error a caller may print that way; `{:#?}` is structured.
+    #[test]
+    fn debug_is_the_report_and_the_alternate_form_is_structured() {
+        let err = Error::store("redis", true, Layer("refused", None));
+        assert_eq!(format!("{err:?}"), report(&err));
+        let structured = format!("{err:#?}");
+        assert!(
+            structured.starts_with("Store {")
+                && structured.contains("retryable: true")
+                && structured.contains("\"refused\""),
+            "{structured}"
+        );
+        let err: ExecuteError<Layer> = ExecuteError::Idempotency(err);
+        assert_eq!(format!("{err:?}"), report(&err));
+        assert!(
+            format!("{err:#?}").starts_with("Idempotency(\n    Store {"),
+            "{err:#?}"
+        );
+        let permanent = || crate::PermanentError::new(Layer("a", Some(Box::new(Layer("b", None)))));
+        let err: ExecuteError<crate::PermanentError> = ExecuteError::Function(permanent());
+        assert_eq!(format!("{err:?}"), "the idempotent function failed: a: b");
+        assert_eq!(format!("{err:?}"), report(&err));
+        assert_eq!(format!("{:?}", permanent()), "a: b");
+        let err = crate::BatchError::MissingItemId { index: 3 };
+        assert_eq!(format!("{err:?}"), err.to_string());
+        assert_eq!(format!("{err:#?}"), "MissingItemId {\n    index: 3,\n}");
+        let err = crate::OutcomeUnknown::new(crate::PermanentError::new("timed out"));
+        assert_eq!(format!("{err:?}"), "outcome unknown: timed out");
     }
 
     #[test]

@@ -41,7 +41,8 @@ tokio::task_local! {
 /// or any other, its claim is kept as well (its effect includes the nested one's). A function that panics after
 /// making one keeps its claim as well. Outside any call it marks nothing.
 ///
-/// Its `Display` is `outcome unknown: ` and the error's; its `source()` is the error's.
+/// Its `Display` is `outcome unknown: ` and the error's; its `source()` is the error's;
+/// its `Debug` is `outcome unknown: ` and the error's `Debug` (`{:#?}`: `OutcomeUnknown(..)`).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -66,8 +67,16 @@ tokio::task_local! {
 /// assert_eq!(record.status, lambda_idempotency::store::Status::InProgress);
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct OutcomeUnknown<E>(E);
+
+impl<E: fmt::Debug> fmt::Debug for OutcomeUnknown<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.debug_tuple("OutcomeUnknown").field(&self.0).finish();
+        }
+        write!(f, "outcome unknown: {:?}", self.0)
+    }
+}
 
 impl<E> OutcomeUnknown<E> {
     /// Marks `error` (and the enclosing call) as leaving the function's outcome unknown.

@@ -34,10 +34,45 @@ pub fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// `POSTGRES_TEST_SCHEMA` (one per `scripts/test` run, dropped when it ends), or `public`.
+/// `POSTGRES_TEST_SCHEMA` (one per `scripts/test` run, dropped when it ends), or else
+/// [`LOCAL_SCHEMA`], made if missing: never `public`, which other applications share.
 pub fn postgres_schema() -> String {
-    std::env::var("POSTGRES_TEST_SCHEMA").unwrap_or_else(|_| "public".into())
+    if let Ok(schema) = std::env::var("POSTGRES_TEST_SCHEMA") {
+        return schema;
+    }
+    #[cfg(feature = "stores")]
+    make_local_schema();
+    LOCAL_SCHEMA.into()
 }
+
+/// Makes [`LOCAL_SCHEMA`] once per process, if missing.
+#[cfg(feature = "stores")]
+fn make_local_schema() {
+    static MADE: std::sync::Once = std::sync::Once::new();
+    MADE.call_once(|| {
+        // A thread and a runtime of its own: this may be called inside a test's runtime.
+        let made = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let (client, connection) =
+                    tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls).await?;
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {LOCAL_SCHEMA}"))
+                    .await
+            })
+        });
+        // A server that does not answer fails the test where it connects, saying what to run.
+        let _ = made.join();
+    });
+}
+
+/// The schema of a test run outside `scripts/test`; drop it when done:
+/// `psql "$POSTGRES_TEST_URL" -c 'DROP SCHEMA idem_test_local CASCADE'`.
+pub const LOCAL_SCHEMA: &str = "idem_test_local";
 
 /// `test` as an identifier (every other character an underscore) and a random part: a
 /// name no other test or run uses.

@@ -106,6 +106,88 @@ pub struct TestStore {
     pub postgres: Option<(PostgresStore, String)>,
     /// The Redis key namespace, for [`Backend::Redis`] and [`Backend::RedisCluster`].
     namespace: Option<String>,
+    /// What it leaves on a shared server, removed when its last clone is dropped.
+    _leftovers: Arc<Leftovers>,
+}
+
+/// What a [`TestStore`] writes on a server other runs share, removed when the test is done
+/// (passed or failed): the keys under its Redis namespace (records live 15 days by
+/// default), its PostgreSQL table and the `_answers` table beside it. The cluster's keys
+/// go with the private cluster `scripts/test` starts.
+#[derive(Debug, Default)]
+struct Leftovers {
+    redis_namespace: Option<String>,
+    postgres_table: Option<String>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let (namespace, table) = (self.redis_namespace.take(), self.postgres_table.take());
+        if namespace.is_none() && table.is_none() {
+            return;
+        }
+        // A thread and a runtime of its own: the test's runtime may be the one dropping.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the clean-up");
+            runtime.block_on(async move {
+                if let Some(namespace) = namespace {
+                    delete_redis_keys(&namespace).await;
+                }
+                if let Some(table) = table {
+                    drop_postgres_tables(&table).await;
+                }
+            })
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// Deletes every key under `namespace` on [`redis_url`]'s server (best effort).
+async fn delete_redis_keys(namespace: &str) {
+    let Ok(redis) = RedisStore::connect(&redis_url()).await else {
+        return;
+    };
+    let mut cursor = "0".to_owned();
+    loop {
+        let scan = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("MATCH")
+            .arg(format!("{namespace}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .clone();
+        let Ok(reply) = redis.query(&scan).await else {
+            return;
+        };
+        let Ok((next, keys)) = redis::from_redis_value::<(String, Vec<String>)>(reply) else {
+            return;
+        };
+        if !keys.is_empty() {
+            let _ = redis.query(redis::cmd("DEL").arg(&keys)).await;
+        }
+        if next == "0" {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+/// Drops `table` and the `_answers` table a test may make beside it (best effort).
+async fn drop_postgres_tables(table: &str) {
+    let Ok((client, connection)) =
+        tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls).await
+    else {
+        return;
+    };
+    tokio::spawn(connection);
+    let _ = client
+        .batch_execute(&format!(
+            "SET lock_timeout = '5s'; DROP TABLE IF EXISTS {table}, {table}_answers"
+        ))
+        .await;
 }
 
 impl TestStore {
@@ -119,7 +201,9 @@ impl TestStore {
             redis: None,
             postgres: None,
             namespace: None,
+            _leftovers: Arc::new(Leftovers::default()),
         };
+        let mut leftovers = Leftovers::default();
         match backend {
             Backend::Memory => {
                 let store = MemoryStore::new();
@@ -140,6 +224,7 @@ impl TestStore {
                 };
                 let namespace = redis_prefix(test);
                 let store = connect().await.namespace(namespace.clone());
+                leftovers.redis_namespace = Some(namespace.clone());
                 this.namespace = Some(namespace);
                 this.store = Arc::new(store.clone());
                 this.redis = Some((store, connect().await));
@@ -166,9 +251,11 @@ impl TestStore {
                     .await
                     .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {url}: {e}; {HOW}"));
                 this.store = Arc::new(store.clone());
+                leftovers.postgres_table = Some(table.clone());
                 this.postgres = Some((store, table));
             }
         }
+        this._leftovers = Arc::new(leftovers);
         this
     }
 
@@ -239,5 +326,47 @@ impl TestStore {
             return true;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test's store leaves nothing on the servers other runs share once it is dropped:
+    /// neither a 15-day key under its namespace nor its table.
+    #[tokio::test]
+    async fn a_dropped_test_store_leaves_no_key_and_no_table() {
+        let store = TestStore::open(Backend::Redis, "leftovers").await;
+        let namespace = store.namespace.clone().expect("a namespace");
+        let (_, admin) = store.redis.clone().expect("the admin connection");
+        let key = format!("{namespace}fn.op#a key with spaces");
+        admin
+            .query(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg("v")
+                    .arg("EX")
+                    .arg(1_296_000),
+            )
+            .await
+            .unwrap();
+        drop(store);
+        let left = admin.query(redis::cmd("EXISTS").arg(&key)).await.unwrap();
+        assert_eq!(left, redis::Value::Int(0), "{key} is left");
+
+        let store = TestStore::open(Backend::Postgres, "leftovers").await;
+        let (_, table) = store.postgres.clone().expect("a table");
+        drop(store);
+        let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!exists, "{table} is left");
     }
 }

@@ -295,7 +295,9 @@ pub struct SkippedRecord {
 }
 
 /// Why a whole invocation failed instead of returning a partial batch response.
-#[derive(Debug)]
+///
+/// `{:?}` is its sentence, as for every error of this crate ([`report`](crate::report));
+/// `{:#?}` is structured.
 #[non_exhaustive]
 pub enum BatchError {
     /// Every record failed and the processor was told to fail the invocation then.
@@ -330,12 +332,34 @@ impl fmt::Display for BatchError {
     }
 }
 
+impl fmt::Debug for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        match self {
+            BatchError::AllFailed {
+                count,
+                first_reason,
+            } => f
+                .debug_struct("AllFailed")
+                .field("count", count)
+                .field("first_reason", first_reason)
+                .finish(),
+            BatchError::MissingItemId { index } => f
+                .debug_struct("MissingItemId")
+                .field("index", index)
+                .finish(),
+        }
+    }
+}
+
 impl std::error::Error for BatchError {}
 
 /// A record's body that is missing or does not parse as the handler's input (an SQS body, a
 /// Kinesis record's data, a DynamoDB stream record's new image). It will not parse on
-/// redelivery either: [`FailureKind::MalformedBody`], permanent.
-#[derive(Debug)]
+/// redelivery either: [`FailureKind::MalformedBody`], permanent. `{:?}` is its sentence,
+/// `{:#?}` its fields.
 pub struct InvalidBody {
     /// The record's item id: the SQS message id or the stream record's sequence number.
     pub item_id: String,
@@ -350,6 +374,18 @@ impl fmt::Display for InvalidBody {
             "record {} has an invalid body: {}",
             self.item_id, self.reason
         )
+    }
+}
+
+impl fmt::Debug for InvalidBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !f.alternate() {
+            return fmt::Display::fmt(self, f);
+        }
+        f.debug_struct("InvalidBody")
+            .field("item_id", &self.item_id)
+            .field("reason", &self.reason)
+            .finish()
     }
 }
 
@@ -371,7 +407,9 @@ impl std::error::Error for InvalidBody {}
 /// let err = PermanentError::new("the provider refused this request: HTTP 400");
 /// assert_eq!(err.to_string(), "the provider refused this request: HTTP 400");
 /// ```
-#[derive(Debug)]
+///
+/// `{:?}` is its [`report`](crate::report): the error and every cause; `{:#?}` is
+/// `PermanentError(..)` around the error's own `{:#?}`.
 pub struct PermanentError(BoxError);
 
 impl PermanentError {
@@ -389,6 +427,15 @@ impl PermanentError {
 impl fmt::Display for PermanentError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for PermanentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.debug_tuple("PermanentError").field(&self.0).finish();
+        }
+        f.write_str(&crate::report(self))
     }
 }
 

@@ -69,6 +69,7 @@ async fn a_connection_that_stopped_answering_is_rebuilt() {
         }
     }
     assert!(ok);
+    table.drop_table().await;
 }
 
 /// The text of every error in `err`'s chain, outermost first.
@@ -201,6 +202,7 @@ async fn requests_outside_the_engine_are_bounded_when_the_server_stops_answering
         }
     }
     store.get("k").await.expect("the next call reconnects");
+    table.drop_table().await;
 }
 
 /// A session the server ended for idling (`idle_session_timeout`, SQLSTATE 57P05) is
@@ -230,6 +232,7 @@ async fn idle_session_timeout_is_retryable_and_the_next_call_reconnects() {
     assert_eq!(code.as_deref(), Some("57P05"), "{err:?}");
     assert!(err.is_retryable(), "57P05 must be retryable: {err:?}");
     store.get("k").await.expect("the next call reconnects");
+    table.drop_table().await;
 }
 
 /// `sslmode`: the default (`prefer`) encrypts when the server offers TLS; `require`

@@ -3,7 +3,7 @@
 //! ids, purging and the function's writes in their modules.
 //!
 //! `POSTGRES_TEST_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
-//! `POSTGRES_TEST_SCHEMA` (default `public`) say where; every test makes its own table.
+//! `POSTGRES_TEST_SCHEMA` (default `idem_test_local`, never `public`) say where; every test makes its own table.
 #![cfg(feature = "postgres")]
 
 mod connection;

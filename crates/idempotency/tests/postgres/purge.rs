@@ -128,9 +128,9 @@ async fn the_documented_pg_cron_purge_keeps_live_records() {
         shifted_ms / 1000,
         (shifted_ms % 1000) * 1000 + 700
     );
-    let table = format!("\"{}\"", store.table().replacen('.', "\".\"", 1));
+    let quoted = format!("\"{}\"", store.table().replacen('.', "\".\"", 1));
     let sql = documented
-        .replace("DELETE FROM idempotency", &format!("DELETE FROM {table}"))
+        .replace("DELETE FROM idempotency", &format!("DELETE FROM {quoted}"))
         .replace("now()", &ts);
     admin.batch_execute(&sql).await.unwrap();
     let mut gone = Vec::new();
@@ -147,6 +147,7 @@ async fn the_documented_pg_cron_purge_keeps_live_records() {
         store.get("completed-over").await.unwrap().is_none(),
         "the documented pg_cron purge deletes what is over: {sql}"
     );
+    table.drop_table().await;
 }
 
 /// `purge_expired_at` keeps them too.
@@ -167,4 +168,5 @@ async fn purge_expired_at_keeps_live_records() {
         store.get("c").await.unwrap().unwrap().status,
         Status::Completed
     );
+    table.drop_table().await;
 }

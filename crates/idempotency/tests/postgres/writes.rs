@@ -271,4 +271,5 @@ async fn transaction_and_session_control_is_refused_before_anything_runs() {
         let record = store.get(&c.id).await.unwrap().unwrap();
         assert_eq!(record.status, Status::InProgress, "{control}");
     }
+    table.drop_table().await;
 }

@@ -138,6 +138,45 @@ async fn a_connection_error_names_the_host_and_port() {
     }
 }
 
+/// A Lambda `main` that returns a start-up error with `?` prints its `Debug`: the sentence
+/// and its causes, as `report` gives them, never the URL's password; `{:#?}` keeps a
+/// structured form.
+#[tokio::test]
+async fn a_start_up_error_returned_from_main_prints_its_report() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let err = RedisStore::connect(&format!("redis://worker:hunter2-redis@127.0.0.1:{port}"))
+        .await
+        .expect_err("nothing listens");
+    let report = lambda_idempotency::report(&err);
+    // What `fn main() -> Result<(), lambda_runtime::Error>` prints after `Error: `.
+    let from_main: lambda_runtime::Error = err.into();
+    let text = format!("{from_main:?}");
+    assert_eq!(text, report);
+    assert!(
+        text.starts_with(&format!(
+            "redis idempotency store error (retryable): cannot connect to Redis at 127.0.0.1:{port}: "
+        )) && text.contains("refused"),
+        "{text}"
+    );
+    let structured = format!("{from_main:#?}");
+    assert!(
+        structured.starts_with("Store {") && structured.contains("retryable: true"),
+        "{structured}"
+    );
+    for text in [text, structured] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    // A URL that does not parse: the sentence, and still no password.
+    let err = RedisStore::connect("redis://worker:hunter2-redis@127.0.0.1:port/0")
+        .await
+        .expect_err("no port");
+    for text in [format!("{err:?}"), format!("{err:#?}")] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+}
+
 /// In-transit encryption and ACL credentials, as ElastiCache uses them: a private server
 /// that speaks only TLS and knows only the user `worker`. A client built with the test CA
 /// works; a wrong password and an untrusted certificate are errors no retry fixes.

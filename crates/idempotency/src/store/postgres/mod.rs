@@ -27,7 +27,9 @@
 //!
 //! # The function's writes
 //! [`complete_with`](IdempotencyStore::complete_with) with [`PostgresWrites`] is one
-//! transaction: `BEGIN`; `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
+//! transaction: `BEGIN` with `SET LOCAL lock_timeout` and
+//! `idle_in_transaction_session_timeout` (the request timeout, set in every transaction in
+//! the same round trip, so nothing an earlier one ran weakens them); `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
 //! or another token: `ROLLBACK`, [`Error::LeaseLost`]; completed with our token, an
 //! earlier attempt whose answer was lost: `ROLLBACK`, success, nothing run again); the
 //! function's statements in order (an integrity constraint broken, SQLSTATE class `23`, or

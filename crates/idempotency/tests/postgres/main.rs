@@ -632,6 +632,161 @@ async fn a_missing_table_is_a_clear_permanent_error() {
     assert!(found, "the tokio_postgres::Error is in the chain: {err:?}");
 }
 
+/// The start-up check (`check_table`, and `connect`, which calls it): a table that cannot
+/// hold the records (missing, a column missing, of another type, NOT NULL where the store
+/// writes NULL, `id` without a unique index of its own, a view) fails it, not retryable,
+/// naming the table, every problem and the DDL that fixes it; the table `create_table`
+/// makes passes, and so does one made before with the database's collation.
+#[tokio::test]
+async fn the_start_up_check_refuses_a_table_that_cannot_hold_the_records() {
+    let good = TestTable::new("check_good").await;
+    good.store()
+        .check_table()
+        .await
+        .expect("create_table's table passes");
+    PostgresStore::connect(&postgres_url(), &good.qualified)
+        .await
+        .expect("connect checks it");
+    good.drop_table().await;
+
+    let schema = quote(&postgres_schema());
+    let full = "id text PRIMARY KEY, status text NOT NULL, expiration bigint NOT NULL, \
+                in_progress_expiration bigint, data text, validation text, lease_token text";
+    for (what, ddl, says) in [
+        ("missing", None, vec!["does not exist"]),
+        // A table made before the DDL sorted ids by bytes, or with varchar: it works.
+        (
+            "collated",
+            Some(full.replace("id text", "id text COLLATE \"en_US\"")),
+            vec![],
+        ),
+        (
+            "varchar",
+            Some(full.replace("data text", "data varchar")),
+            vec![],
+        ),
+        (
+            "no_column",
+            Some(full.replace(", lease_token text", "")),
+            vec!["no column lease_token"],
+        ),
+        (
+            "int_column",
+            Some(full.replace("expiration bigint NOT NULL", "expiration integer NOT NULL")),
+            vec!["its column expiration is integer, not bigint"],
+        ),
+        (
+            "two_problems",
+            Some(
+                full.replace("data text", "data jsonb")
+                    .replace("validation text", "validation text NOT NULL"),
+            ),
+            vec![
+                "its column data is jsonb, not text",
+                "its column validation is NOT NULL",
+            ],
+        ),
+        (
+            "no_key",
+            Some(full.replace("id text PRIMARY KEY", "id text")),
+            vec!["no primary key or unique index is on id alone"],
+        ),
+    ] {
+        let name = format!("idem_check_{what}_{:08x}", fastrand::u32(..));
+        let qualified = format!("{}.{name}", postgres_schema());
+        let admin = admin().await;
+        if let Some(ddl) = &ddl {
+            let ddl = ddl.replace(
+                "COLLATE \"en_US\"",
+                &format!("COLLATE {}", any_other_collation(&admin).await),
+            );
+            admin
+                .batch_execute(&format!("CREATE TABLE {schema}.{} ({ddl})", quote(&name)))
+                .await
+                .unwrap();
+        }
+        let store = PostgresStore::from_url(&postgres_url(), &qualified).unwrap();
+        let checked = store.check_table().await;
+        let connected = PostgresStore::connect(&postgres_url(), &qualified).await;
+        if says.is_empty() {
+            assert!(
+                checked.is_ok() && connected.is_ok(),
+                "{what}: {checked:?} {connected:?}"
+            );
+        } else {
+            for err in [checked.unwrap_err(), connected.unwrap_err()] {
+                assert!(
+                    matches!(
+                        err,
+                        Error::Store {
+                            backend: "postgres",
+                            retryable: false,
+                            ..
+                        }
+                    ),
+                    "{what}: {err:?}"
+                );
+                let message = lambda_idempotency::report(&err);
+                for said in &says {
+                    assert!(message.contains(said), "{what}: {said}: {message}");
+                }
+                assert!(
+                    message.contains(&format!("{qualified:?}")),
+                    "{what}: {message}"
+                );
+                assert!(
+                    message.contains("PostgresStore::create_table")
+                        && message.contains(&store.create_table_sql()),
+                    "{what}: the fix: {message}"
+                );
+            }
+        }
+        admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS {schema}.{}", quote(&name)))
+            .await
+            .unwrap();
+    }
+
+    // A view over a good table is no table for the claim's ON CONFLICT.
+    let table = TestTable::new("check_view").await;
+    let view = format!("{}_v", table.name);
+    table
+        .admin
+        .batch_execute(&format!(
+            "CREATE VIEW {schema}.{} AS SELECT * FROM {}",
+            quote(&view),
+            table.quoted
+        ))
+        .await
+        .unwrap();
+    let store =
+        PostgresStore::from_url(&postgres_url(), format!("{}.{view}", postgres_schema())).unwrap();
+    let message = lambda_idempotency::report(&store.check_table().await.unwrap_err());
+    assert!(message.contains("it is not a table"), "{message}");
+    table
+        .admin
+        .batch_execute(&format!("DROP VIEW {schema}.{}", quote(&view)))
+        .await
+        .unwrap();
+    table.drop_table().await;
+}
+
+/// A collation of the server's that does not sort by bytes, quoted: a table made before
+/// the DDL said `COLLATE "C"`, in a database whose default is a language's.
+async fn any_other_collation(admin: &tokio_postgres::Client) -> String {
+    let row = admin
+        .query_one(
+            "SELECT collname FROM pg_collation WHERE collprovider IN ('c', 'i') \
+             AND collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
+             AND collencoding IN (-1, (SELECT encoding FROM pg_database WHERE datname = current_database())) \
+             ORDER BY collname = 'en_US' DESC, collname LIMIT 1",
+            &[],
+        )
+        .await
+        .expect("a language's collation");
+    quote(row.get::<_, &str>(0))
+}
+
 #[tokio::test]
 async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
     // Nothing listens on port 1: refused, retryable, the driver's error in the chain, the

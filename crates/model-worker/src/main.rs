@@ -49,7 +49,7 @@ async fn main() -> Result<(), Error> {
         Err(e) => stop(&e),
     };
     // And a DynamoDB table that is missing, unreadable, or keyed otherwise than
-    // configured: its settings now, its read in a task of its own, last, so that it runs
+    // configured, or a PostgreSQL table without the store's columns: its settings now, its read in a task of its own, last, so that it runs
     // beside the first `/next` without slowing init's own work. If the table cannot work,
     // that task stops the process at once; no claim is made before it passed.
     let check = check.start(|e| cannot_start(&**e));

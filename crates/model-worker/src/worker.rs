@@ -399,8 +399,8 @@ fn done<R: BatchResponse>(
 }
 
 /// The idempotency handle the environment configures (`IDEMPOTENCY_STORE` and the rest),
-/// its store checked: a missing or mis-keyed table, or a server that does not answer,
-/// fails here. For tests and tools; the binaries start with [`idempotency_starting`],
+/// its store checked: a missing, mis-keyed or mistyped table, or a server that does not
+/// answer, fails here. For tests and tools; the binaries start with [`idempotency_starting`],
 /// whose table check runs beside the runtime's first `/next`.
 pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotency, Error> {
     let (idempotency, table) = store_from_config(config, None).await?;
@@ -414,8 +414,8 @@ pub async fn idempotency_from_config(config: &WorkerConfig) -> Result<Idempotenc
 /// start.
 ///
 /// The Redis and PostgreSQL connections are made here (a worker without the library makes
-/// them at start-up too); the DynamoDB table is checked once the check is started
-/// ([`TableCheck::start`]), best last, when the rest of start-up is done: its read then
+/// them at start-up too); the DynamoDB or PostgreSQL table is checked once the check is
+/// started ([`TableCheck::start`]), best last, when the rest of start-up is done: its read then
 /// runs beside the runtime's first `/next` without slowing init's own work. The phases go
 /// into `phases`: `store_client` (the client, its configuration loaded), `store_connect`
 /// (the Redis or PostgreSQL connection).
@@ -450,11 +450,46 @@ pub async fn secret_and_store(
     tokio::join!(secret, idempotency_starting(config, phases))
 }
 
-/// The DynamoDB table's start-up check, not started yet: is the table there, may this role
-/// read it, is it keyed as configured. Nothing to check for the other stores.
+/// The table's start-up check, not started yet: on DynamoDB, is the table there, may this
+/// role read it, is it keyed as configured; on PostgreSQL, is the table there with the
+/// store's columns and types. Nothing to check for the other stores.
 #[derive(Debug)]
 #[must_use = "the table is not checked until its check is started"]
-pub struct TableCheck(Option<DynamoDbStore>);
+pub struct TableCheck(Option<Table>);
+
+/// A store whose table is checked at start-up.
+#[derive(Debug, Clone)]
+enum Table {
+    DynamoDb(Box<DynamoDbStore>),
+    #[cfg(feature = "postgres")]
+    Postgres(lambda_idempotency::store::postgres::PostgresStore),
+}
+
+impl Table {
+    fn name(&self) -> &str {
+        match self {
+            Table::DynamoDb(store) => store.table(),
+            #[cfg(feature = "postgres")]
+            Table::Postgres(store) => store.table(),
+        }
+    }
+
+    fn store(&self) -> &'static str {
+        match self {
+            Table::DynamoDb(_) => "DynamoDB",
+            #[cfg(feature = "postgres")]
+            Table::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    async fn check(&self) -> Result<(), lambda_idempotency::Error> {
+        match self {
+            Table::DynamoDb(store) => store.check_table().await,
+            #[cfg(feature = "postgres")]
+            Table::Postgres(store) => store.check_table().await,
+        }
+    }
+}
 
 impl TableCheck {
     /// Starts the check ([`StoreCheck::start`]): the table's key settings are checked
@@ -474,18 +509,19 @@ impl TableCheck {
     }
 }
 
-/// The DynamoDB table's start-up check ([`DynamoDbStore::check_table`]), tried again
-/// (up to [`TABLE_CHECK_ATTEMPTS`] times in all) while it fails in a way a retry may fix;
-/// its error names the table.
-async fn check_table(store: DynamoDbStore) -> Result<(), Error> {
+/// The table's start-up check ([`DynamoDbStore::check_table`], `PostgresStore::check_table`),
+/// tried again (up to [`TABLE_CHECK_ATTEMPTS`] times in all) while it fails in a way a
+/// retry may fix; its error names the table.
+async fn check_table(store: Table) -> Result<(), Error> {
     let mut attempt = 1;
     loop {
-        match store.check_table().await {
+        match store.check().await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_retryable() && attempt < TABLE_CHECK_ATTEMPTS => {
                 tracing::warn!(
-                    "the DynamoDB table {:?} did not answer its start-up check (attempt {attempt} of {TABLE_CHECK_ATTEMPTS}), trying again: {}",
-                    store.table(),
+                    "the {} table {:?} did not answer its start-up check (attempt {attempt} of {TABLE_CHECK_ATTEMPTS}), trying again: {}",
+                    store.store(),
+                    store.name(),
                     lambda_idempotency::report(&e)
                 );
                 tokio::time::sleep(Duration::from_millis(50) * attempt).await;
@@ -493,7 +529,7 @@ async fn check_table(store: DynamoDbStore) -> Result<(), Error> {
             }
             Err(e) => {
                 return Err(TableCheckFailed {
-                    table: store.table().to_owned(),
+                    table: store.name().to_owned(),
                     source: e,
                 }
                 .into());
@@ -508,7 +544,7 @@ async fn check_table(store: DynamoDbStore) -> Result<(), Error> {
 /// invocation) thaws with the check's request long timed out, and must not stop for it.
 pub const TABLE_CHECK_ATTEMPTS: u32 = 3;
 
-/// The DynamoDB table failed its start-up check; the store's error says why.
+/// The table failed its start-up check; the store's error says why.
 #[derive(Debug)]
 struct TableCheckFailed {
     table: String,
@@ -531,12 +567,12 @@ impl std::error::Error for TableCheckFailed {
     }
 }
 
-/// The handle, and the DynamoDB store whose table is still to be checked, if that is the
-/// store. Redis and PostgreSQL connect here.
+/// The handle, and the store whose table is still to be checked (DynamoDB, PostgreSQL).
+/// Redis and PostgreSQL connect here.
 async fn store_from_config(
     config: &WorkerConfig,
     phases: Option<&Phases>,
-) -> Result<(Idempotency, Option<DynamoDbStore>), Error> {
+) -> Result<(Idempotency, Option<Table>), Error> {
     let mut client_started = Instant::now();
     let record = |phase: &'static str, started: &mut Instant| {
         if let Some(phases) = phases {
@@ -567,7 +603,7 @@ async fn store_from_config(
             // The table is checked by the caller: a missing table, a role that may not
             // read it, or a key that is not the one configured (a sort key missing from
             // the settings or from the table) stops the worker before any claim.
-            table = Some(store.clone());
+            table = Some(Table::DynamoDb(Box::new(store.clone())));
             Idempotency::builder(store)
         }
         StoreChoice::Memory => {
@@ -592,14 +628,17 @@ async fn store_from_config(
             Idempotency::builder(store.namespace(namespace.clone()))
         }
         #[cfg(feature = "postgres")]
-        StoreChoice::Postgres { url, table } => {
+        StoreChoice::Postgres { url, table: name } => {
             let store =
-                lambda_idempotency::store::postgres::PostgresStore::from_url(url, table.clone())?;
+                lambda_idempotency::store::postgres::PostgresStore::from_url(url, name.clone())?;
             record("store_client", &mut client_started);
             // At start-up: a wrong URL, password or certificate stops the worker before
             // any message, and the first message does not pay for the connection.
             store.ensure_connected().await?;
             record("store_connect", &mut client_started);
+            // Checked by the caller, as DynamoDB's: a missing table, or one without the
+            // store's columns and types, stops the worker before any claim.
+            table = Some(Table::Postgres(store.clone()));
             Idempotency::builder(store)
         }
         #[allow(unreachable_patterns)]

@@ -26,6 +26,27 @@ struct Run {
 /// Starts the worker on DynamoDB table `table`, one SQS message already queued.
 async fn start(table: &str) -> Run {
     let endpoint = test_support::endpoint().await;
+    start_on(&[
+        ("IDEMPOTENCY_STORE", "dynamodb"),
+        ("IDEMPOTENCY_TABLE", table),
+        ("AWS_ENDPOINT_URL_DYNAMODB", &endpoint),
+    ])
+    .await
+}
+
+/// Starts the worker on PostgreSQL table `table` (`schema.table`) of the test server.
+#[cfg(feature = "postgres")]
+async fn start_postgres(table: &str) -> Run {
+    start_on(&[
+        ("IDEMPOTENCY_STORE", "postgres"),
+        ("IDEMPOTENCY_TABLE", table),
+        ("DATABASE_URL", &test_support::servers::postgres_url()),
+    ])
+    .await
+}
+
+/// Starts the worker on the store `store` sets up, one SQS message already queued.
+async fn start_on(store: &[(&str, &str)]) -> Run {
     let provider = ProviderStub::start().await.unwrap();
     let runtime = RuntimeApi::start().await.unwrap();
     runtime.invoke(serde_json::from_str::<Value>(SINGLE).unwrap());
@@ -37,10 +58,8 @@ async fn start(table: &str) -> Run {
         .env("AWS_LAMBDA_FUNCTION_NAME", "model-worker")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
         .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-        .env("IDEMPOTENCY_STORE", "dynamodb")
-        .env("IDEMPOTENCY_TABLE", table)
+        .envs(store.iter().copied())
         .env("MODEL_BASE_URL", provider.base_url())
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -121,6 +140,87 @@ async fn a_missing_table_stops_the_worker_with_status_2_and_a_message_naming_it(
     );
     assert!(output.contains("ResourceNotFoundException"), "{output}");
     run.assert_nothing_answered(&output).await;
+}
+
+/// On PostgreSQL, a table that does not exist, or lacks a column the store uses, or has
+/// one of another type, stops the worker at start-up as on DynamoDB: status 2, the table
+/// named with what is wrong and the DDL that fixes it, the queued message not answered
+/// nor claimed. The table `create_table` makes answers it.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_table_that_cannot_work_stops_the_worker_too() {
+    use test_support::servers::{postgres_schema, postgres_url};
+    let (admin, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let schema = postgres_schema();
+    admin
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .await
+        .ok();
+    let run_id = std::process::id();
+    let full = "id text PRIMARY KEY, status text NOT NULL, expiration bigint NOT NULL, \
+                in_progress_expiration bigint, data text, validation text, lease_token text";
+    for (what, ddl, says) in [
+        ("missing", None, "it does not exist"),
+        (
+            "no_token",
+            Some(full.replace(", lease_token text", "")),
+            "it has no column lease_token",
+        ),
+        (
+            "int_expiry",
+            Some(full.replace("expiration bigint NOT NULL", "expiration integer NOT NULL")),
+            "its column expiration is integer, not bigint",
+        ),
+    ] {
+        let table = format!("{schema}.startup_{what}_{run_id}");
+        if let Some(ddl) = &ddl {
+            admin
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({ddl})"
+                ))
+                .await
+                .unwrap();
+        }
+        let (code, output, run) = start_postgres(&table).await.exit().await;
+        assert_eq!(code, Some(2), "{what}: {output}");
+        assert!(
+            output.contains("cannot start")
+                && output.contains(&format!(
+                    "{table:?} (IDEMPOTENCY_TABLE) failed its start-up check"
+                ))
+                && output.contains(says)
+                && output.contains("CREATE TABLE IF NOT EXISTS"),
+            "{what}: {output}"
+        );
+        run.assert_nothing_answered(&output).await;
+        if ddl.is_some() {
+            let claimed: i64 = admin
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(claimed, 0, "{what}: nothing claimed");
+        }
+        admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .unwrap();
+    }
+
+    let table = format!("{schema}.startup_good_{run_id}");
+    let store = lambda_idempotency::PostgresStore::from_url(&postgres_url(), &table).unwrap();
+    store.create_table().await.unwrap();
+    let mut run = start_postgres(&table).await;
+    let (path, _) = run.answer().await;
+    assert!(path.ends_with("/response"), "{path}");
+    assert_eq!(run.provider.completion_calls(), 1);
+    admin
+        .batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,7 +33,8 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    records: Mutex<HashMap<String, Record>>,
+    /// In id order: a listing page reads a range, only what it returns.
+    records: Mutex<BTreeMap<String, Record>>,
     /// The function's own tables ([`MemoryWrites`]). Locked after `records`, always.
     tables: Mutex<HashMap<String, BTreeMap<String, Value>>>,
 }
@@ -69,7 +70,7 @@ impl MemoryStore {
         self.inner.tables.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
+    fn records(&self) -> MutexGuard<'_, BTreeMap<String, Record>> {
         // A panic elsewhere cannot leave a half-written record: every update is one insert.
         self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -190,20 +191,26 @@ impl MemoryStore {
 
     /// In id order, after the cursor (the last id of the page before).
     fn list_now(&self, request: &ListRequest) -> RecordPage {
+        use std::ops::Bound;
         let records = self.records();
-        let after = request.cursor.as_deref();
-        let mut ids: Vec<&String> = records
-            .keys()
-            .filter(|id| id.starts_with(&request.prefix) && after.is_none_or(|a| id.as_str() > a))
+        let prefix = request.prefix.as_str();
+        // The ids under the prefix are one range of the sorted ids: from the prefix, or
+        // after the cursor, for as long as they start with it.
+        let start = match request.cursor.as_deref() {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
+        let page: Vec<Record> = records
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix))
+            .take(request.limit)
+            .map(|(_, record)| record.clone())
             .collect();
-        ids.sort_unstable();
-        let more = ids.len() > request.limit;
-        ids.truncate(request.limit);
-        let next = more.then(|| ids.last().map(|id| (*id).clone())).flatten();
-        RecordPage::new(
-            ids.into_iter().map(|id| records[id].clone()).collect(),
-            next,
-        )
+        // A full page may have more after it.
+        let next = (page.len() >= request.limit)
+            .then(|| page.last().map(|r| r.id.clone()))
+            .flatten();
+        RecordPage::new(page, next)
     }
 }
 

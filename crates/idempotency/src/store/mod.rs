@@ -123,8 +123,9 @@ pub struct ListRequest {
     pub prefix: String,
     /// Where to go on from: a previous page's [`RecordPage::next`]; `None` starts.
     pub cursor: Option<String>,
-    /// How many items one request reads at most (a page may hold fewer matches, even
-    /// none, with more to come).
+    /// How many items a page holds at most, about: what one request reads on DynamoDB
+    /// and PostgreSQL; on Redis the first `SCAN` step's `COUNT`, later ones scaled by how
+    /// many keys matched (a page may hold fewer matches, even none, with more to come).
     pub limit: usize,
 }
 

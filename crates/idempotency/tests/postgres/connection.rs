@@ -52,6 +52,26 @@ async fn a_killed_connection_is_rebuilt() {
     table.drop_table().await;
 }
 
+/// The start-up check on a connection the server killed (its answer lost): retryable,
+/// and the next check reconnects and passes; cut off mid-flight, the next one passes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_check_on_a_killed_connection_is_retryable() {
+    let table = TestTable::new("kill_check").await;
+    let store = table.store();
+    store.check_table().await.unwrap();
+    table.kill_connections().await;
+    match store.check_table().await {
+        Ok(()) => {}
+        Err(err) => assert!(err.is_retryable(), "{err:?}"),
+    }
+    store.check_table().await.expect("reconnected");
+    for _ in 0..5 {
+        let _ = tokio::time::timeout(Duration::from_micros(50), store.check_table()).await;
+        store.check_table().await.expect("the next check passes");
+    }
+    table.drop_table().await;
+}
+
 /// A connection that stops answering (half-open TCP) is rebuilt once an attempt is cut
 /// off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,6 +199,7 @@ async fn requests_outside_the_engine_are_bounded_when_the_server_stops_answering
         ("get", &store),
         ("purge_expired", &short),
         ("create_table", &short),
+        ("check_table", &short),
     ] {
         // A working connection (a new one after the previous call was cut off), then frozen.
         store.get("warm").await.unwrap();
@@ -188,6 +209,7 @@ async fn requests_outside_the_engine_are_bounded_when_the_server_stops_answering
             match what {
                 "get" => store.get("k").await.map(drop),
                 "purge_expired" => store.purge_expired(10).await.map(drop),
+                "check_table" => store.check_table().await,
                 _ => store.create_table().await,
             }
         };

@@ -632,6 +632,322 @@ async fn a_missing_table_is_a_clear_permanent_error() {
     assert!(found, "the tokio_postgres::Error is in the chain: {err:?}");
 }
 
+/// The start-up check (`check_table`, and `connect`, which calls it): a table that cannot
+/// hold the records (missing, a column missing, of another type, NOT NULL where the store
+/// writes NULL, `id` without a unique index of its own, a view) fails it, not retryable,
+/// naming the table, every problem and the DDL that fixes it; the table `create_table`
+/// makes passes, and so does one made before with the database's collation.
+#[tokio::test]
+async fn the_start_up_check_refuses_a_table_that_cannot_hold_the_records() {
+    let good = TestTable::new("check_good").await;
+    good.store()
+        .check_table()
+        .await
+        .expect("create_table's table passes");
+    PostgresStore::connect(&postgres_url(), &good.qualified)
+        .await
+        .expect("connect checks it");
+    good.drop_table().await;
+
+    let schema = quote(&postgres_schema());
+    let full = "id text PRIMARY KEY, status text NOT NULL, expiration bigint NOT NULL, \
+                in_progress_expiration bigint, data text, validation text, lease_token text";
+    for (what, ddl, says) in [
+        ("missing", None, vec!["does not exist"]),
+        // A table made before the DDL sorted ids by bytes, or with varchar: it works.
+        (
+            "collated",
+            Some(full.replace("id text", "id text COLLATE \"en_US\"")),
+            vec![],
+        ),
+        (
+            "varchar",
+            Some(full.replace("data text", "data varchar")),
+            vec![],
+        ),
+        (
+            "no_column",
+            Some(full.replace(", lease_token text", "")),
+            vec!["no column lease_token"],
+        ),
+        (
+            "int_column",
+            Some(full.replace("expiration bigint NOT NULL", "expiration integer NOT NULL")),
+            vec!["its column expiration is integer, not bigint"],
+        ),
+        (
+            "two_problems",
+            Some(
+                full.replace("data text", "data jsonb")
+                    .replace("validation text", "validation text NOT NULL"),
+            ),
+            vec![
+                "its column data is jsonb, not text",
+                "its column validation is NOT NULL",
+            ],
+        ),
+        (
+            "no_key",
+            Some(full.replace("id text PRIMARY KEY", "id text")),
+            vec!["no primary key or unique index is on id alone"],
+        ),
+    ] {
+        let name = format!("idem_check_{what}_{:08x}", fastrand::u32(..));
+        let qualified = format!("{}.{name}", postgres_schema());
+        let admin = admin().await;
+        if let Some(ddl) = &ddl {
+            let ddl = ddl.replace(
+                "COLLATE \"en_US\"",
+                &format!("COLLATE {}", any_other_collation(&admin).await),
+            );
+            admin
+                .batch_execute(&format!("CREATE TABLE {schema}.{} ({ddl})", quote(&name)))
+                .await
+                .unwrap();
+        }
+        let store = PostgresStore::from_url(&postgres_url(), &qualified).unwrap();
+        let checked = store.check_table().await;
+        let connected = PostgresStore::connect(&postgres_url(), &qualified).await;
+        if says.is_empty() {
+            assert!(
+                checked.is_ok() && connected.is_ok(),
+                "{what}: {checked:?} {connected:?}"
+            );
+        } else {
+            for err in [checked.unwrap_err(), connected.unwrap_err()] {
+                assert!(
+                    matches!(
+                        err,
+                        Error::Store {
+                            backend: "postgres",
+                            retryable: false,
+                            ..
+                        }
+                    ),
+                    "{what}: {err:?}"
+                );
+                let message = lambda_idempotency::report(&err);
+                for said in &says {
+                    assert!(message.contains(said), "{what}: {said}: {message}");
+                }
+                assert!(
+                    message.contains(&format!("{qualified:?}")),
+                    "{what}: {message}"
+                );
+                assert!(
+                    message.contains("PostgresStore::create_table")
+                        && message.contains(&store.create_table_sql()),
+                    "{what}: the fix: {message}"
+                );
+            }
+        }
+        admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS {schema}.{}", quote(&name)))
+            .await
+            .unwrap();
+    }
+
+    // A view over a good table is no table for the claim's ON CONFLICT.
+    let table = TestTable::new("check_view").await;
+    let view = format!("{}_v", table.name);
+    table
+        .admin
+        .batch_execute(&format!(
+            "CREATE VIEW {schema}.{} AS SELECT * FROM {}",
+            quote(&view),
+            table.quoted
+        ))
+        .await
+        .unwrap();
+    let store =
+        PostgresStore::from_url(&postgres_url(), format!("{}.{view}", postgres_schema())).unwrap();
+    let message = lambda_idempotency::report(&store.check_table().await.unwrap_err());
+    assert!(message.contains("it is not a table"), "{message}");
+    table
+        .admin
+        .batch_execute(&format!("DROP VIEW {schema}.{}", quote(&view)))
+        .await
+        .unwrap();
+    table.drop_table().await;
+}
+
+/// How many rows of `table` the server has read so far (sequential and index scans), once
+/// `store`'s connection reported its statements: a session reports them when a statement
+/// ends a second or more after its last report, so the store reads a missing id (which
+/// reads no row) after a second, until the count moves past `after`.
+async fn rows_read(
+    admin: &tokio_postgres::Client,
+    store: &PostgresStore,
+    table: &str,
+    after: i64,
+) -> i64 {
+    let read = async || -> i64 {
+        admin
+            .query_one(
+                "SELECT (coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))::bigint \
+                 FROM pg_stat_user_tables WHERE relid = to_regclass($1)",
+                &[&table],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    if after < 0 {
+        // Every session's earlier statements (the admin's inserts) reported first.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        admin.batch_execute("SELECT 1").await.unwrap();
+        store.get("stats.report#nothing").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        return read().await;
+    }
+    let mut now = read().await;
+    for _ in 0..10 {
+        if now > after {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        store.get("stats.report#nothing").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = read().await;
+    }
+    now
+}
+
+/// On a table of 20 000 rows, a page of 10 under a prefix reads about 10 rows, wherever the
+/// prefix falls, and `examined` says how many it read (the server's own count agrees); a
+/// listing's pages find every record under the prefix and none other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_page_reads_rows_in_proportion_to_the_page_on_a_big_table() {
+    let table = TestTable::new("list_big").await;
+    let q = &table.quoted;
+    table
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO {q} (id, status, expiration) \
+               SELECT 'a.other#' || g, 'COMPLETED', 4000000000 FROM generate_series(1, 10000) g; \
+             INSERT INTO {q} (id, status, expiration) \
+               SELECT 'f.mine#' || lpad(g::text, 3, '0'), 'COMPLETED', 4000000000 FROM generate_series(1, 25) g; \
+             INSERT INTO {q} (id, status, expiration) \
+               SELECT 'f.mine' || g, 'COMPLETED', 4000000000 FROM generate_series(1, 2000) g; \
+             INSERT INTO {q} (id, status, expiration) \
+               SELECT 'z.other#' || g, 'COMPLETED', 4000000000 FROM generate_series(1, 7975) g; \
+             ANALYZE {q}"
+        ))
+        .await
+        .unwrap();
+    let store = table.store();
+    store.check_table().await.unwrap();
+    let before = rows_read(&table.admin, &store, q, -1).await;
+    let page = store.list(&ListRequest::new("f.mine#", 10)).await.unwrap();
+    assert_eq!(page.records.len(), 10, "{page:?}");
+    assert!(page.next.is_some());
+    assert!((10..=21).contains(&page.examined), "{}", page.examined);
+    let read = rows_read(&table.admin, &store, q, before).await - before;
+    // Planning a range reads the index's two ends (`get_actual_variable_range`): two rows.
+    assert!(
+        read <= page.examined as i64 + 2,
+        "the page read {read} rows of the table and said it examined {}",
+        page.examined
+    );
+
+    // Page after page (a prepared statement's plan turns generic after five), 3 at a time.
+    let before = before + read;
+    let (mut found, mut examined, mut pages) = (Vec::new(), 0, 0);
+    let mut request = ListRequest::new("f.mine#", 3);
+    loop {
+        let page = store.list(&request).await.unwrap();
+        pages += 1;
+        examined += page.examined;
+        assert!(page.examined <= 7, "{}", page.examined);
+        found.extend(page.records.into_iter().map(|r| r.id));
+        match page.next {
+            None => break,
+            next => request = request.after(next),
+        }
+    }
+    let expected: Vec<String> = (1..=25).map(|g| format!("f.mine#{g:03}")).collect();
+    assert_eq!(found, expected);
+    assert!(
+        pages <= 9 && examined <= 35,
+        "{pages} pages, {examined} examined"
+    );
+    let read = rows_read(&table.admin, &store, q, before).await - before;
+    assert!(
+        read <= (examined + 2 * pages) as i64,
+        "{pages} pages read {read} rows of the table and said they examined {examined}"
+    );
+    table.drop_table().await;
+}
+
+/// A table made before the DDL sorted ids by bytes (a language's collation) is listed
+/// correctly, and still a bounded page at a time: its rows in order, at most a page's
+/// worth per request, the ones under the prefix kept (pages may come back empty, with more
+/// to come); `examined` counts every row read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_not_sorted_by_bytes_is_listed_a_bounded_page_at_a_time() {
+    let table = TestTable::new("list_collated").await;
+    let q = &table.quoted;
+    let collation = any_other_collation(&table.admin).await;
+    table
+        .admin
+        .batch_execute(&format!(
+            "DROP TABLE {q}; CREATE TABLE {q} (id text COLLATE {collation} PRIMARY KEY, \
+             status text NOT NULL, expiration bigint NOT NULL, in_progress_expiration bigint, \
+             data text, validation text, lease_token text); \
+             INSERT INTO {q} (id, status, expiration) \
+               SELECT 'f-mine#' || g, 'COMPLETED', 4000000000 FROM generate_series(1, 150) g; \
+             INSERT INTO {q} (id, status, expiration) \
+               SELECT 'fmine#' || g, 'COMPLETED', 4000000000 FROM generate_series(1, 150) g"
+        ))
+        .await
+        .unwrap();
+    let store = table.store();
+    let now = SystemTime::now();
+    for id in ["f-mine#a", "f-mine#nul\u{0}", "fmine#b"] {
+        store.claim(&claim(id, now, "t")).await.unwrap();
+    }
+    let (mut found, mut examined, mut pages) = (Vec::new(), 0, 0);
+    let mut request = ListRequest::new("f-mine#", 10);
+    loop {
+        let page = store.list(&request).await.unwrap();
+        // A page's rows, and the cursor's own row, passed over.
+        assert!(page.examined <= 11 && page.records.len() <= 10, "{page:?}");
+        examined += page.examined;
+        pages += 1;
+        found.extend(page.records.into_iter().map(|r| r.id));
+        match page.next {
+            None => break,
+            next => request = request.after(next),
+        }
+    }
+    assert!(
+        (303..303 + pages).contains(&examined),
+        "every row read once, and each page's cursor: {examined} in {pages} pages"
+    );
+    found.sort();
+    let mut expected: Vec<String> = (1..=150).map(|g| format!("f-mine#{g}")).collect();
+    expected.extend(["f-mine#a".to_owned(), "f-mine#nul\u{0}".to_owned()]);
+    expected.sort();
+    assert_eq!(found, expected);
+    table.drop_table().await;
+}
+
+/// A collation of the server's that does not sort by bytes, quoted: a table made before
+/// the DDL said `COLLATE "C"`, in a database whose default is a language's.
+async fn any_other_collation(admin: &tokio_postgres::Client) -> String {
+    let row = admin
+        .query_one(
+            "SELECT collname FROM pg_collation WHERE collprovider IN ('c', 'i') \
+             AND collname NOT IN ('C', 'POSIX', 'ucs_basic', 'default') \
+             AND collencoding IN (-1, (SELECT encoding FROM pg_database WHERE datname = current_database())) \
+             ORDER BY collname = 'en_US' DESC, collname LIMIT 1",
+            &[],
+        )
+        .await
+        .expect("a language's collation");
+    quote(row.get::<_, &str>(0))
+}
+
 #[tokio::test]
 async fn errors_keep_the_driver_error_and_say_whether_to_retry() {
     // Nothing listens on port 1: refused, retryable, the driver's error in the chain, the

@@ -273,3 +273,94 @@ async fn transaction_and_session_control_is_refused_before_anything_runs() {
     }
     table.drop_table().await;
 }
+
+/// A statement of the function's that turns the transaction connection's protections off
+/// for the session (`set_config(…, false)`, which no keyword check can refuse) weakens no
+/// later transaction: each one sets `lock_timeout` and
+/// `idle_in_transaction_session_timeout` for itself, so the next completion still has
+/// them, and still gives up on a record's lock held elsewhere at its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_statement_weakens_the_next_transactions_protections() {
+    let table = TestTable::new("writes_protections").await;
+    let kit = table.writes_kit().await;
+    for prepared in [true, false] {
+        let store = table
+            .store()
+            .prepared_statements(prepared)
+            .request_timeout(Duration::from_secs(2));
+        let now = SystemTime::now();
+        let c = claim(&format!("weakens-{prepared}"), now, "t1");
+        store.claim(&c).await.unwrap();
+        let weakening = Writes::new(
+            insert(&kit.quoted, &format!("w-{prepared}"), "x")
+                .execute("SELECT set_config('lock_timeout', '0', false)", ())
+                .execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', '0', false)",
+                    (),
+                ),
+        );
+        store
+            .complete_with(&c, Some("1"), now, &weakening)
+            .await
+            .expect("the statements run and commit");
+
+        // The next transaction on the same connection: both protections hold in it.
+        let c = claim(&format!("checked-{prepared}"), now, "t2");
+        store.claim(&c).await.unwrap();
+        let checks = Writes::new(
+            PostgresWrites::new()
+                .execute_expecting(
+                    "SELECT 1 WHERE current_setting('lock_timeout') = '2s'",
+                    (),
+                    1,
+                )
+                .execute_expecting(
+                    "SELECT 1 WHERE current_setting('idle_in_transaction_session_timeout') = '2s'",
+                    (),
+                    1,
+                ),
+        );
+        let answer = store.complete_with(&c, Some("2"), now, &checks).await;
+        assert!(answer.is_ok(), "prepared {prepared}: {answer:?}");
+
+        // And behaves so: a record locked by another session is given up on, not waited
+        // for past the bound, and the lock's holder is not blocked behind it.
+        let c = claim(&format!("locked-{prepared}"), now, "t3");
+        store.claim(&c).await.unwrap();
+        let holder = super::admin().await;
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder
+            .execute(
+                &format!("SELECT 1 FROM {} WHERE id = $1 FOR UPDATE", table.quoted),
+                &[&c.id],
+            )
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let answer = store
+            .complete_with(
+                &c,
+                Some("3"),
+                now,
+                &Writes::new(insert(&kit.quoted, &format!("l-{prepared}"), "x")),
+            )
+            .await;
+        assert!(
+            matches!(
+                answer,
+                Err(Error::Store {
+                    retryable: true,
+                    ..
+                })
+            ),
+            "{answer:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        holder.batch_execute("ROLLBACK").await.unwrap();
+    }
+    table.drop_table().await;
+}

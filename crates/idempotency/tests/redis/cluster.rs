@@ -169,3 +169,52 @@ async fn a_listing_through_one_node_of_a_cluster_is_refused() {
     let single = super::node("one-node").await;
     assert!(!single.is_one_node_of_a_cluster().await.unwrap());
 }
+
+/// How many `CLUSTER SLOTS` the cluster's nodes have answered, from their `INFO
+/// commandstats`.
+async fn slot_map_reads(urls: &[String]) -> u64 {
+    let mut calls = 0;
+    for url in urls {
+        let node = RedisStore::connect(url).await.unwrap();
+        let stats = text(&node, redis::cmd("INFO").arg("commandstats")).await;
+        calls += stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_cluster|slots:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap());
+    }
+    calls
+}
+
+/// A listing on the cluster reads its slot map once, not once per page: the primaries
+/// left to walk go on in the cursor. Every record is found, on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_on_the_cluster_reads_the_slot_map_once() {
+    use lambda_idempotency::store::ListRequest;
+    let store = cluster("slots-once").await;
+    let now = SystemTime::now();
+    for i in 0..30 {
+        let claim = Claim::new(format!("f.op#{i}"), now, now + Duration::from_secs(60), "t")
+            .expires_at(now + Duration::from_secs(600));
+        store.claim(&claim).await.unwrap();
+    }
+    let urls = redis_cluster_urls();
+    let before = slot_map_reads(&urls).await;
+    let (mut ids, mut pages) = (Vec::new(), 0);
+    let mut request = ListRequest::new("f.op#", 2);
+    loop {
+        let page = store.list(&request).await.unwrap();
+        pages += 1;
+        ids.extend(page.records.into_iter().map(|r| r.id));
+        match page.next {
+            Some(next) => request = request.after(Some(next)),
+            None => break,
+        }
+    }
+    let reads = slot_map_reads(&urls).await - before;
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 30, "{ids:?}");
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(reads, 1, "{pages} pages read the slot map {reads} times");
+}

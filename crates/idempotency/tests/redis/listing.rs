@@ -65,6 +65,79 @@ async fn a_listing_reads_only_records_and_their_own_fields() {
     );
 }
 
+/// A prefix that matches a few keys among many is walked in few round trips, whatever the
+/// page size: the `SCAN` count per step follows how many keys matched, up to 10 000 (it was
+/// the page size: 2 000 round trips for 20 000 keys and pages of 10). A prefix that
+/// matches them all still comes back about a page per step, and `examined` adds up to
+/// the keyspace walked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_walks_a_big_keyspace_in_few_round_trips() {
+    let server = PrivateRedis::start().await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .namespace("big:");
+    // 20 000 hashes of another application's under the namespace, in one script.
+    store
+        .query(
+            redis::cmd("EVAL")
+                .arg("for i = 1, 20000 do redis.call('HSET', 'big:other#' .. i, 'f', 'v') end")
+                .arg(0),
+        )
+        .await
+        .unwrap();
+    let now = SystemTime::now();
+    for i in 0..15 {
+        let claim = Claim::new(
+            format!("f.mine#{i}"),
+            now,
+            now + Duration::from_secs(60),
+            "t",
+        )
+        .expires_at(now + Duration::from_secs(600));
+        store.claim(&claim).await.unwrap();
+    }
+    let walk = async |prefix: &str, limit: usize| {
+        let (mut ids, mut pages, mut examined, mut most) = (Vec::new(), 0, 0, 0);
+        let mut request = ListRequest::new(prefix, limit);
+        loop {
+            let page = store.list(&request).await.unwrap();
+            pages += 1;
+            examined += page.examined;
+            most = most.max(page.records.len() + page.unreadable.len());
+            ids.extend(page.records.into_iter().map(|r| r.id));
+            match page.next {
+                Some(next) => request = request.after(Some(next)),
+                None => break,
+            }
+        }
+        ids.sort();
+        ids.dedup();
+        (ids, pages, examined, most)
+    };
+    let (ids, pages, examined, _) = walk("f.mine#", 10).await;
+    assert_eq!(ids.len(), 15, "{ids:?}");
+    assert!(pages <= 12, "{pages} round trips for 20 015 keys");
+    assert!(examined >= 20_015, "examined {examined} of 20 015 keys");
+
+    // Every key matches (the other application's hashes are passed over): pages of about
+    // the page size, never ten thousand records at once.
+    let (ids, pages, examined, _) = walk("", 1000).await;
+    assert_eq!(ids.len(), 15);
+    assert!((15..=40).contains(&pages), "{pages} pages of 1000");
+    assert!(examined >= 20_015, "examined {examined}");
+    let mut request = ListRequest::new("", 100);
+    for _ in 0..5 {
+        let page = store.list(&request).await.unwrap();
+        assert!(
+            page.examined <= 300,
+            "a page of 100 looked at {}",
+            page.examined
+        );
+        request = request.after(page.next);
+    }
+}
+
 /// How many `HGETALL`s the server has run, from `INFO commandstats`.
 async fn hgetall_calls(store: &RedisStore) -> u64 {
     let reply = store

@@ -26,10 +26,29 @@ impl PostgresStore {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, Error> {
+        self.query_with(sql, params, self.prepared).await
+    }
+
+    /// [`query`](Self::query) as an unnamed statement whatever the setting: for a
+    /// statement sent once (the start-up check), which nothing should keep prepared.
+    pub(super) async fn query_unprepared(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Error> {
+        self.query_with(sql, params, false).await
+    }
+
+    async fn query_with(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        prepared: bool,
+    ) -> Result<Vec<Row>, Error> {
         let client = self.client().await?;
         let call = Call::new(self, &client);
         let request = async {
-            if !self.prepared {
+            if !prepared {
                 return client.query_typed(sql, params).await;
             }
             let statement = self.prepared_statement(&client, sql, params).await?;

@@ -5,8 +5,13 @@
 //!
 #![doc = concat!("```sql\n", table::ddl!("idempotency", "idempotency_expiration_idx"), "```")]
 //!
-//! [`PostgresStore::create_table`] runs this DDL (for tests and first runs). `data` is
-//! `text`, not `jsonb`: `jsonb` rewrites the JSON (key order, spaces). The table name may
+//! [`PostgresStore::create_table`] runs this DDL (for tests and first runs), and
+//! [`PostgresStore::check_table`] checks a table against it at start-up. `data` is
+//! `text`, not `jsonb`: `jsonb` rewrites the JSON (key order, spaces). `id` sorts by
+//! bytes (`COLLATE "C"`), so a listing under a prefix reads a range of the primary key;
+//! a table made before with the database's collation still works, and lists by reading
+//! its rows in order, a page at a time (`ALTER TABLE idempotency ALTER COLUMN id TYPE
+//! text COLLATE "C"` makes it a range; it rewrites the table). The table name may
 //! be schema-qualified (`schema.table`, split at the first dot); each part is quoted as
 //! given, so it is case-sensitive.
 //!
@@ -27,7 +32,9 @@
 //!
 //! # The function's writes
 //! [`complete_with`](IdempotencyStore::complete_with) with [`PostgresWrites`] is one
-//! transaction: `BEGIN`; `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
+//! transaction: `BEGIN` with `SET LOCAL lock_timeout` and
+//! `idle_in_transaction_session_timeout` (the request timeout, set in every transaction in
+//! the same round trip, so nothing an earlier one ran weakens them); `SELECT status, lease_token … WHERE id = $1 FOR UPDATE` (no row
 //! or another token: `ROLLBACK`, [`Error::LeaseLost`]; completed with our token, an
 //! earlier attempt whose answer was lost: `ROLLBACK`, success, nothing run again); the
 //! function's statements in order (an integrity constraint broken, SQLSTATE class `23`, or
@@ -69,8 +76,8 @@
 //! `connect_timeout` (5 s when it sets none; once per host when it names several), and
 //! every request by the store's request timeout ([`DEFAULT_REQUEST_TIMEOUT`], 5 s,
 //! [`request_timeout`](PostgresStore::request_timeout)), so a call made outside
-//! the engine (`get` in a health check, `purge_expired`, `create_table`, the worker's
-//! `ensure_connected` at start-up) never waits forever on a server that stopped
+//! the engine (`get` in a health check, `purge_expired`, `create_table`, the start-up's
+//! `check_table`) never waits forever on a server that stopped
 //! answering; inside the engine, its attempt timeout (2 s by default) is the bound that
 //! counts, and the store sets no timer of its own when that bound is the shorter (one
 //! timer per request). A request cut off by either bound drops its connection; the next
@@ -182,7 +189,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// // RDS: its CA bundle, from https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
 /// let rds_ca = std::fs::read("global-bundle.pem").unwrap();
 /// let store = PostgresStore::from_url(&url, "idempotency")?.root_certificates_pem(&rds_ca)?;
-/// store.ensure_connected().await?; // fail at init, not on the first message
+/// store.check_table().await?; // fail at init, not on the first message: URL, password, table
 /// let idempotency = Idempotency::new(store);
 /// # let _ = idempotency;
 /// # Ok(())
@@ -212,6 +219,10 @@ struct Inner {
     /// The connection the completions with writes run their transactions on (one at a
     /// time), apart from the shared one (`transaction.rs`).
     transactions: tokio::sync::Mutex<Option<transaction::TxConnection>>,
+    /// Whether the table's `id` column orders by bytes (its collation `C`), once
+    /// [`check_table`](PostgresStore::check_table) passed: a prefix listing is then a
+    /// range of the primary key.
+    byte_ordered_ids: std::sync::OnceLock<bool>,
 }
 
 /// A handful of statements (the store's four, and purges): found by comparing their
@@ -266,13 +277,14 @@ impl PostgresStore {
         Self::from_config(config, table)
     }
 
-    /// A store on `table` of the database at `url`, connected now, as
-    /// `RedisStore::connect` is: at init, a wrong URL, password or certificate fails there rather than on the
-    /// first message. Settings that apply to connections (TLS roots) need
-    /// [`from_url`](Self::from_url), then [`ensure_connected`](Self::ensure_connected).
+    /// A store on `table` of the database at `url`, connected now and its table checked
+    /// ([`check_table`](Self::check_table)): at init, a wrong URL, password, certificate
+    /// or table fails there rather than on the first message. Settings that apply to
+    /// connections (TLS roots) need [`from_url`](Self::from_url), then
+    /// [`check_table`](Self::check_table).
     pub async fn connect(url: &str, table: impl Into<String>) -> Result<Self, Error> {
         let store = Self::from_url(url, table)?;
-        store.ensure_connected().await?;
+        store.check_table().await?;
         Ok(store)
     }
 
@@ -296,6 +308,7 @@ impl PostgresStore {
                 connecting: tokio::sync::Mutex::new(()),
                 statements: Mutex::default(),
                 transactions: tokio::sync::Mutex::new(None),
+                byte_ordered_ids: std::sync::OnceLock::new(),
             }),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             prepared: true,
@@ -384,6 +397,7 @@ impl PostgresStore {
             connecting: tokio::sync::Mutex::new(()),
             statements: Mutex::default(),
             transactions: tokio::sync::Mutex::new(None),
+            byte_ordered_ids: shared.byte_ordered_ids.clone(),
         });
         let mut inner = inner;
         change(&mut inner);
@@ -414,8 +428,9 @@ impl PostgresStore {
         self.batch_execute(&self.create_table_sql()).await
     }
 
-    /// Connects now if no connection is open: call it at init so a wrong URL, password or
-    /// certificate fails there rather than on the first message.
+    /// Connects now if no connection is open, so a wrong URL, password or certificate
+    /// fails here. It does not look at the table: at init, call
+    /// [`check_table`](Self::check_table), which connects and checks the table too.
     pub async fn ensure_connected(&self) -> Result<(), Error> {
         self.client().await.map(drop)
     }

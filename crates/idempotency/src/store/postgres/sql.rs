@@ -69,10 +69,19 @@ pub(super) struct Statements {
     /// NULL), `$5` lease token (or NULL): deletes the row if it is still as read. One row:
     /// `(deleted, existed)`; the `EXISTS` sees the table as it was before the delete.
     pub(super) forget: String,
-    /// `$1` the prefix as stored plain (or NULL), `$2` the last id of the page before (or
-    /// NULL), `$3` limit, `$4` the prefix as stored escaped. Rows: [`COLUMNS`], in id
-    /// order.
+    /// A listing under a prefix on a table whose ids sort by bytes: two ranges of the
+    /// primary key, each read up to the limit (the ids stored escaped, then the plain
+    /// ones), `$1` ≤ id < `$2` and `$3` ≤ id < `$4`, `$5` limit. Rows: [`COLUMNS`], every
+    /// row the statement read.
     pub(super) list: String,
+    /// A listing of every id from `$1` on (`$1` ≤ id), `$2` limit, on a table whose ids
+    /// sort by bytes. Rows: [`COLUMNS`], in id order.
+    pub(super) list_from: String,
+    /// A listing on a table whose ids do not sort by bytes (a prefix is then no range):
+    /// the rows in the table's order after `$2` (or from the start: `$1` `''` and `$2`
+    /// NULL; else both the last id of the page before), `$3` limit. Rows: [`COLUMNS`],
+    /// the ones under the prefix to be kept by the caller.
+    pub(super) list_scan: String,
 }
 
 impl Statements {
@@ -89,6 +98,8 @@ impl Statements {
             purge,
             forget,
             list,
+            list_from,
+            list_scan,
         } = self;
         [
             claim,
@@ -100,6 +111,8 @@ impl Statements {
             purge,
             forget,
             list,
+            list_from,
+            list_scan,
         ]
         .iter()
         .any(|own| std::ptr::eq(own.as_str(), sql))
@@ -134,8 +147,14 @@ impl Statements {
                 SELECT EXISTS (SELECT 1 FROM gone), EXISTS (SELECT 1 FROM {t} WHERE id = $1)"
             ),
             list: format!(
-                "SELECT {COLUMNS} FROM {t} WHERE (starts_with(id, $1) OR starts_with(id, $4)) \
-                 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3"
+                "(SELECT {COLUMNS} FROM {t} WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $5)\n\
+                 UNION ALL\n\
+                 (SELECT {COLUMNS} FROM {t} WHERE id >= $3 AND id < $4 ORDER BY id LIMIT $5)"
+            ),
+            list_from: format!("SELECT {COLUMNS} FROM {t} WHERE id >= $1 ORDER BY id LIMIT $2"),
+            list_scan: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE id >= $1 AND id IS DISTINCT FROM $2 \
+                 ORDER BY id LIMIT $3"
             ),
         }
     }

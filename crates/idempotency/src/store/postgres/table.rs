@@ -1,9 +1,9 @@
 //! The table: its DDL (written once, for [`PostgresStore::create_table`], the module docs
 //! and the tests), its name's checks and quoting, and its index's name.
 
-#[cfg(doc)]
-use super::PostgresStore;
+use super::{BACKEND, PostgresStore};
 use crate::error::Error;
+use tokio_postgres::types::Type;
 
 /// PostgreSQL's longest identifier (`NAMEDATALEN - 1`); it cuts longer ones.
 const MAX_IDENTIFIER_BYTES: usize = 63;
@@ -17,7 +17,7 @@ macro_rules! ddl {
     ($table:literal, $index:literal) => {
         concat!(
             "CREATE TABLE IF NOT EXISTS ", $table, " (\n",
-            "    id                     text   PRIMARY KEY,\n",
+            "    id                     text   COLLATE \"C\" PRIMARY KEY, -- byte order: a prefix is a range\n",
             "    status                 text   NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')),\n",
             "    expiration             bigint NOT NULL, -- epoch seconds\n",
             "    in_progress_expiration bigint,          -- epoch milliseconds, the lease end\n",
@@ -106,6 +106,166 @@ impl Table {
     }
 }
 
+/// The start-up check's one query ([`PostgresStore::check_table`]): for the table `$1`
+/// (its quoted name, resolved as the store's statements resolve it), one row per column:
+/// the relation's kind (NULL: no such table), the column's name and type, whether it is
+/// `NOT NULL`, whether a unique index covers it alone (the claim's `ON CONFLICT (id)`), and
+/// whether its collation orders text by bytes (`C`, `POSIX`, the builtin provider's, or the
+/// database's default when that is one of them): what makes a prefix a range of the
+/// primary key. Plain catalogs, so any role that can see the table can run it.
+pub(super) const CHECK_SQL: &str = "\
+SELECT c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique
+        AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indpred IS NULL
+        AND i.indexprs IS NULL),
+    CASE WHEN a.attcollation = 0 THEN false
+        WHEN a.attcollation = 100 THEN (
+            SELECT CASE coalesce(to_jsonb(d) ->> 'datlocprovider', 'c')
+                WHEN 'b' THEN true WHEN 'c' THEN d.datcollate IN ('C', 'POSIX') ELSE false END
+            FROM pg_database d WHERE d.datname = current_database())
+        ELSE (
+            SELECT CASE co.collprovider
+                WHEN 'b' THEN true WHEN 'c' THEN co.collcollate IN ('C', 'POSIX') ELSE false END
+            FROM pg_collation co WHERE co.oid = a.attcollation)
+    END
+FROM (SELECT to_regclass($1) AS oid) AS r
+LEFT JOIN pg_class c ON c.oid = r.oid
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped";
+
+/// The columns the store reads and writes: name, the types it accepts (the first is the
+/// DDL's), and whether it may hold NULL.
+const NEEDED: [(&str, &[&str], bool); 7] = [
+    ("id", &["text", "character varying"], false),
+    ("status", &["text", "character varying"], false),
+    ("expiration", &["bigint"], false),
+    ("in_progress_expiration", &["bigint"], true),
+    ("data", &["text", "character varying"], true),
+    ("validation", &["text", "character varying"], true),
+    ("lease_token", &["text", "character varying"], true),
+];
+
+/// One column as [`CHECK_SQL`] found it.
+pub(super) struct FoundColumn {
+    pub(super) name: String,
+    pub(super) type_name: String,
+    pub(super) not_null: bool,
+    pub(super) unique: bool,
+    pub(super) byte_ordered: bool,
+}
+
+/// What [`CHECK_SQL`] found of the table.
+pub(super) enum Found {
+    /// No table by that name that this role can see.
+    Missing,
+    /// A relation of this kind (`pg_class.relkind`) and its columns.
+    Relation(String, Vec<FoundColumn>),
+}
+
+impl Found {
+    /// What makes the table unable to hold the store's records, each in a few words;
+    /// none: it works, and whether its `id` column orders by bytes.
+    pub(super) fn problems(&self) -> Result<bool, Vec<String>> {
+        let Found::Relation(kind, columns) = self else {
+            return Err(vec![
+                "it does not exist (or this role cannot see it)".into(),
+            ]);
+        };
+        let mut problems = Vec::new();
+        if !matches!(kind.as_str(), "r" | "p") {
+            problems.push(format!(
+                "it is not a table (pg_class.relkind {kind:?}: a view, a sequence, …)"
+            ));
+        }
+        for (name, types, nullable) in NEEDED {
+            match columns.iter().find(|c| c.name == name) {
+                None => problems.push(format!("it has no column {name}")),
+                Some(c) if !types.contains(&c.type_name.as_str()) => problems.push(format!(
+                    "its column {name} is {}, not {}",
+                    c.type_name, types[0]
+                )),
+                Some(c) if nullable && c.not_null => problems.push(format!(
+                    "its column {name} is NOT NULL, but the store writes NULL there"
+                )),
+                Some(_) => {}
+            }
+        }
+        let id = columns.iter().find(|c| c.name == "id");
+        if id.is_some_and(|id| !id.unique) {
+            problems.push(
+                "no primary key or unique index is on id alone (the claim's ON CONFLICT (id) needs one)"
+                    .into(),
+            );
+        }
+        if problems.is_empty() {
+            Ok(id.is_some_and(|id| id.byte_ordered))
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Checks that the table can hold the store's records: that it exists and this role
+    /// can see it, that it has each column the store uses with its type (`NULL` allowed
+    /// where the store writes it), and that `id` has a primary key or unique index of its
+    /// own. Call it at start-up (it connects first if no connection is open), so a
+    /// missing or mistyped table fails there, not on every message;
+    /// [`connect`](Self::connect) calls it. One query on the catalogs, one round trip.
+    ///
+    /// An error is [`Error::Store`], not retryable, naming the table, every problem
+    /// found and the fix (the table's DDL, [`create_table_sql`](Self::create_table_sql)):
+    ///
+    /// ```text
+    /// the PostgreSQL table "app.idempotency" cannot hold the store's records: its column expiration is integer, not bigint. Make it as PostgresStore::create_table does: …
+    /// ```
+    ///
+    /// A connection that fails is the connection's error, retryable as the store's are.
+    pub async fn check_table(&self) -> Result<(), Error> {
+        let name: &str = &self.inner.table.quoted;
+        let rows = self
+            .query_unprepared(CHECK_SQL, &[(&name, Type::TEXT)])
+            .await?;
+        let read = |e: tokio_postgres::Error| self.malformed(e);
+        let mut kind = None;
+        let mut columns = Vec::new();
+        for row in &rows {
+            kind = row.try_get::<_, Option<String>>(0).map_err(read)?;
+            if let Some(name) = row.try_get::<_, Option<String>>(1).map_err(read)? {
+                columns.push(FoundColumn {
+                    name,
+                    type_name: row.try_get(2).map_err(read)?,
+                    not_null: row.try_get(3).map_err(read)?,
+                    unique: row.try_get(4).map_err(read)?,
+                    byte_ordered: row
+                        .try_get::<_, Option<bool>>(5)
+                        .map_err(read)?
+                        .unwrap_or(false),
+                });
+            }
+        }
+        let found = match kind {
+            None => Found::Missing,
+            Some(kind) => Found::Relation(kind, columns),
+        };
+        match found.problems() {
+            Ok(byte_ordered) => {
+                let _ = self.inner.byte_ordered_ids.set(byte_ordered);
+                Ok(())
+            }
+            Err(problems) => Err(Error::store(
+                BACKEND,
+                false,
+                format!(
+                    "the PostgreSQL table {:?} cannot hold the store's records: {}. Make it as PostgresStore::create_table does:\n{}",
+                    self.inner.table.name,
+                    problems.join("; "),
+                    self.create_table_sql()
+                ),
+            )),
+        }
+    }
+}
+
 /// The expiration index's name: `{table}_expiration_idx`, or, when that passes
 /// PostgreSQL's 63-byte limit (it would be cut, and two long table names could share it),
 /// the table name's start and a hash of the whole.
@@ -189,7 +349,14 @@ mod tests {
     fn the_documented_ddl_is_what_create_table_runs() {
         // The same text, names quoted: the docs show it unquoted for `idempotency`.
         let table = Table::new("idempotency".to_owned()).unwrap();
-        assert_eq!(table.create_table_sql().replace('"', ""), DDL_EXAMPLE);
+        assert_eq!(
+            table
+                .create_table_sql()
+                .replace("\"idempotency", "idempotency")
+                .replace("idempotency\"", "idempotency")
+                .replace("idx\"", "idx"),
+            DDL_EXAMPLE
+        );
         let table = Table::new("s.t".to_owned()).unwrap();
         let sql = table.create_table_sql();
         assert!(

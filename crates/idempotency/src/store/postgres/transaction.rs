@@ -87,24 +87,10 @@ impl PostgresStore {
         let mut slot = self.inner.transactions.lock().await;
         let connection = match slot.take() {
             Some(connection) if !connection.client.is_closed() => connection,
-            _ => {
-                let client = self.open().await?;
-                // A Lambda frozen while a transaction was open must not keep the record's
-                // row locked: the server ends such a session, and waits for a lock no longer
-                // than a request may take.
-                let ms = self.request_timeout.as_millis().clamp(1, i32::MAX as u128);
-                let settings = format!(
-                    "SET idle_in_transaction_session_timeout = {ms}; SET lock_timeout = {ms}"
-                );
-                client
-                    .batch_execute(&settings)
-                    .await
-                    .map_err(|e| self.pg_error(e))?;
-                TxConnection {
-                    client,
-                    statements: Vec::new(),
-                }
-            }
+            _ => TxConnection {
+                client: self.open().await?,
+                statements: Vec::new(),
+            },
         };
         let mut open = Open {
             store: self,
@@ -116,6 +102,18 @@ impl PostgresStore {
             *slot = connection;
         }
         result
+    }
+
+    /// `BEGIN` and the transaction's protections, in one round trip: a Lambda frozen while
+    /// the transaction was open must not keep the record's row locked (the server ends such
+    /// a session), and no lock is waited for longer than a request may take. Set with
+    /// `SET LOCAL` in every transaction, so that nothing an earlier one ran on the
+    /// connection (a function's `set_config(…, false)`) weakens them.
+    fn begin_sql(&self) -> String {
+        let ms = self.request_timeout.as_millis().clamp(1, i32::MAX as u128);
+        format!(
+            "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
+        )
     }
 
     /// Asks the server, on a connection of its own, to cancel what the connection of
@@ -185,9 +183,9 @@ impl Open<'_> {
     ) -> (Result<(), Error>, bool) {
         let store = self.store;
         let connection = self.connection.as_mut().expect("held until the end");
-        if let Err(e) = connection.client.batch_execute("BEGIN").await {
-            let broken = breaks(&e);
-            return (Err(store.pg_error(e)), !broken);
+        if let Err(e) = connection.client.batch_execute(&store.begin_sql()).await {
+            // Not reused: a transaction may have begun without its protections.
+            return (Err(store.pg_error(e)), false);
         }
         match connection
             .body(store, claim, data, expiration, writes)

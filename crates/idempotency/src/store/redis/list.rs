@@ -1,5 +1,6 @@
 //! Listing records for operators: `SCAN` over the keys under the namespace and a prefix,
-//! then each record read as `get` reads it. A cluster is walked one primary at a time.
+//! then each record read as `get` reads it. A cluster is walked one primary at a time, its
+//! primaries read once per listing and carried in the cursor.
 
 use super::connection::Target;
 use super::error::store_error;
@@ -11,57 +12,81 @@ use crate::store::{ListRequest, RecordPage};
 use futures_util::future::join_all;
 use redis::Value;
 
+/// The most keys a `SCAN` step is asked to look at: a few milliseconds of the server's
+/// time, however sparse the prefix.
+const MAX_SCAN_COUNT: usize = 10_000;
+
 impl RedisStore {
-    /// One `SCAN` step. The cursor is `{node}:{scan cursor}`: the index of the primary
-    /// (in address order; `0` on one node) and where its `SCAN` goes on. A cluster whose
-    /// primaries change during a listing may skip or repeat a node's keys.
+    /// One `SCAN` step. The cursor holds where the `SCAN` goes on, the `COUNT` for the next
+    /// step, and on a cluster the primaries left to walk (the current one first), so the
+    /// slot map is read once per listing (a cluster whose primaries change during a
+    /// listing may skip or repeat a node's keys): `{scan}~{count}[@{host}:{port}|…]`.
+    ///
+    /// The `COUNT` is not the page size: it starts there and follows how many keys the
+    /// prefix matched, so that a step returns about a page of records, and a prefix that
+    /// matches few of many keys walks the keyspace up to [`MAX_SCAN_COUNT`] keys per round
+    /// trip (ten times more after a step that matched nothing).
     pub(super) async fn send_list(&self, request: &ListRequest) -> Result<RecordPage, Error> {
-        let (node, cursor) = match request.cursor.as_deref() {
-            None => (0, 0),
-            Some(cursor) => parse_cursor(cursor).ok_or_else(|| {
-                Error::store(BACKEND, false, format!("not a listing cursor: {cursor:?}"))
-            })?,
+        let limit = request.limit.max(1);
+        let (scan_cursor, count, nodes) = match request.cursor.as_deref() {
+            None => (0, limit.min(MAX_SCAN_COUNT), None),
+            Some(cursor) => {
+                let (scan, count, nodes) = parse_cursor(cursor).ok_or_else(|| {
+                    Error::store(BACKEND, false, format!("not a listing cursor: {cursor:?}"))
+                })?;
+                (scan, count, Some(nodes))
+            }
         };
-        let nodes = match &self.inner.target {
+        let nodes = match (&self.inner.target, nodes) {
             // Through one node of a cluster, a listing would miss every other node's keys
             // and call itself complete.
-            Target::Node(_)
-                if request.cursor.is_none() && self.is_one_node_of_a_cluster().await? =>
-            {
+            (Target::Node(_), None) if self.is_one_node_of_a_cluster().await? => {
                 return Err(Error::store(
                     BACKEND,
                     false,
                     "this Redis node is one of a cluster's: a listing through it would see only its own keys; connect to the cluster (RedisStore::connect_cluster)",
                 ));
             }
-            Target::Node(_) => Vec::new(),
-            Target::Cluster(_) => self.primaries().await?,
+            (Target::Node(_), _) => Vec::new(),
+            (Target::Cluster(_), None) => self.primaries().await?,
+            (Target::Cluster(_), Some(nodes)) if !nodes.is_empty() => nodes,
+            (Target::Cluster(_), Some(_)) => {
+                return Err(Error::store(
+                    BACKEND,
+                    false,
+                    "a listing cursor of one node, given to a store on a cluster",
+                ));
+            }
         };
-        if !nodes.is_empty() && node >= nodes.len() {
-            return Ok(RecordPage::default());
-        }
         let pattern = format!(
             "{}{}*",
             glob_escape(&self.namespace),
             glob_escape(&request.prefix)
         );
         let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
+        scan.arg(scan_cursor)
             .arg("MATCH")
             .arg(&pattern)
             .arg("COUNT")
-            .arg(request.limit)
+            .arg(count)
             .arg("TYPE")
             .arg("hash");
         let reply = self
-            .send_to(&scan, nodes.get(node))
+            .send_to(&scan, nodes.first())
             .await?
             .map_err(store_error)?;
         let (after, keys) = scan_reply(reply)?;
-        let next = match (after, node + 1 < nodes.len()) {
-            (0, true) => Some(format!("{}:0", node + 1)),
+        // About a page of matches next time: the count scaled by how many matched.
+        let next_count = if keys.is_empty() {
+            count.saturating_mul(10)
+        } else {
+            count.saturating_mul(limit) / keys.len()
+        }
+        .clamp(limit.min(MAX_SCAN_COUNT), MAX_SCAN_COUNT);
+        let next = match (after, nodes.len() > 1) {
+            (0, true) => Some(cursor_text(0, next_count, &nodes[1..])),
             (0, false) => None,
-            (after, _) => Some(format!("{node}:{after}")),
+            (after, _) => Some(cursor_text(after, next_count, &nodes)),
         };
         let ids: Vec<String> = keys
             .into_iter()
@@ -69,7 +94,8 @@ impl RedisStore {
             .collect();
         let reads = join_all(ids.iter().map(|id| self.read_listed(id))).await;
         let mut page = RecordPage::new(Vec::with_capacity(ids.len()), next);
-        page.examined = request.limit.max(ids.len());
+        // What the step asked the server to look at (Redis says no more).
+        page.examined = count.max(ids.len());
         for (id, read) in ids.into_iter().zip(reads) {
             match read {
                 Ok(Some(record)) => page.records.push(record),
@@ -122,10 +148,39 @@ impl RedisStore {
     }
 }
 
-/// `node:cursor`, both numbers.
-fn parse_cursor(cursor: &str) -> Option<(usize, u64)> {
-    let (node, scan) = cursor.split_once(':')?;
-    Some((node.parse().ok()?, scan.parse().ok()?))
+/// A listing's cursor: `{scan}~{count}`, then on a cluster `@` and the primaries left,
+/// `{host}:{port}` each, `|` between them.
+fn cursor_text(scan: u64, count: usize, nodes: &[(String, u16)]) -> String {
+    let mut text = format!("{scan}~{count}");
+    for (i, (host, port)) in nodes.iter().enumerate() {
+        text.push(if i == 0 { '@' } else { '|' });
+        text.push_str(&format!("{host}:{port}"));
+    }
+    text
+}
+
+/// A cluster's primaries, `(host, port)` each.
+type Nodes = Vec<(String, u16)>;
+
+/// The inverse of [`cursor_text`].
+fn parse_cursor(cursor: &str) -> Option<(u64, usize, Nodes)> {
+    let (step, nodes) = match cursor.split_once('@') {
+        Some((step, nodes)) => (step, Some(nodes)),
+        None => (cursor, None),
+    };
+    let (scan, count) = step.split_once('~')?;
+    let count: usize = count.parse().ok()?;
+    let nodes = match nodes {
+        None => Vec::new(),
+        Some(nodes) => nodes
+            .split('|')
+            .map(|node| {
+                let (host, port) = node.rsplit_once(':')?;
+                Some((host.to_owned(), port.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()?,
+    };
+    Some((scan.parse().ok()?, count.clamp(1, MAX_SCAN_COUNT), nodes))
 }
 
 /// `SCAN`'s reply: the next cursor and the keys.
@@ -176,8 +231,22 @@ mod tests {
     #[test]
     fn a_pattern_matches_its_text_literally() {
         assert_eq!(glob_escape(r"f.op#a*b?[c]\d"), r"f.op#a\*b\?\[c\]\\d");
-        assert_eq!(parse_cursor("2:1234"), Some((2, 1234)));
-        assert_eq!(parse_cursor("x:1"), None);
+        let nodes = [("10.0.0.1".to_owned(), 7000), ("::1".to_owned(), 7001)];
+        for (scan, count, nodes) in [
+            (0, 100, &nodes[..]),
+            (1234, 10_000, &nodes[1..]),
+            (7, 5, &[][..]),
+        ] {
+            let text = cursor_text(scan, count, nodes);
+            assert_eq!(
+                parse_cursor(&text),
+                Some((scan, count, nodes.to_vec())),
+                "{text}"
+            );
+        }
+        assert_eq!(parse_cursor("2:1234"), None);
+        assert_eq!(parse_cursor("x~1"), None);
         assert_eq!(parse_cursor("12"), None);
+        assert_eq!(parse_cursor("1~10@host"), None);
     }
 }

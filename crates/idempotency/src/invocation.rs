@@ -115,6 +115,7 @@ pub(crate) fn current() -> Option<Invocation> {
 
 /// `fut` within the invocation and tenant enclosing this call, read now: for a future
 /// that runs elsewhere (a spawned task), where task-locals are not inherited.
+#[cfg(feature = "http")]
 pub(crate) fn carry<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let (invocation, tenant) = (current(), current_tenant());
     within(invocation, within_tenant(tenant, fut))

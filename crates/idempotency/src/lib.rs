@@ -93,6 +93,7 @@ mod record;
 mod record_scope;
 mod records;
 mod replay;
+#[cfg(feature = "http")]
 mod spawn;
 pub mod store;
 mod twins;

@@ -113,17 +113,6 @@ pub(crate) fn mark() {
     let _ = CALL.try_with(|call| call.store(true, Ordering::SeqCst));
 }
 
-/// `fut` marking the call around this one, read now: for a future that runs elsewhere.
-pub(crate) fn carry<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let call = CALL.try_with(Arc::clone).ok();
-    async move {
-        match call {
-            Some(call) => CALL.scope(call, fut).await,
-            None => fut.await,
-        }
-    }
-}
-
 /// Runs `fut`, one call's function, within a scope of its own: what says whether it
 /// marked its outcome unknown.
 pub(crate) async fn within<F: Future>(call: Arc<AtomicBool>, fut: F) -> F::Output {

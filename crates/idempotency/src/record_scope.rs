@@ -31,17 +31,6 @@ pub(crate) async fn within<F: Future>(scope: Arc<RecordScope>, fut: F) -> F::Out
     RECORD.scope(scope, fut).await
 }
 
-/// `fut` within the record around this call, read now: for a future that runs elsewhere.
-pub(crate) fn carry<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let scope = current();
-    async move {
-        match scope {
-            Some(scope) => RECORD.scope(scope, fut).await,
-            None => fut.await,
-        }
-    }
-}
-
 /// The enclosing record's scope, if any: also what tells a batch record's call from a
 /// direct one (the in-progress answer is for direct calls only).
 pub(crate) fn current() -> Option<Arc<RecordScope>> {

@@ -137,34 +137,6 @@ pub(crate) fn wait_until() -> Option<std::time::SystemTime> {
     WAIT_UNTIL.try_with(|until| *until).ok()
 }
 
-/// `fut` with the registry, the wait bound and the enclosing calls around this call, read
-/// now: for a future that runs elsewhere (a spawned task).
-pub(crate) fn carry<F: std::future::Future>(
-    fut: F,
-) -> impl std::future::Future<Output = F::Output> {
-    let in_flight = current();
-    let until = wait_until();
-    let enclosing = ENCLOSING.try_with(Arc::clone).ok();
-    async move {
-        let fut = async move {
-            match enclosing {
-                Some(ids) => ENCLOSING.scope(ids, fut).await,
-                None => fut.await,
-            }
-        };
-        let fut = async move {
-            match until {
-                Some(until) => WAIT_UNTIL.scope(until, fut).await,
-                None => fut.await,
-            }
-        };
-        match in_flight {
-            Some(in_flight) => IN_FLIGHT.scope(in_flight, fut).await,
-            None => fut.await,
-        }
-    }
-}
-
 /// The enclosing batch invocation's registry, if any.
 pub(crate) fn current() -> Option<Arc<InFlight>> {
     IN_FLIGHT.try_with(Arc::clone).ok()

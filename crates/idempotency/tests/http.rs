@@ -1762,3 +1762,167 @@ async fn a_request_called_within_a_context_keeps_its_tenant_and_deadline() {
     assert_eq!(app.calls(), 2);
     assert_eq!(store.inner().len(), 2, "one record per tenant");
 }
+
+/// A request without a `Context` extension, called within a context, waits for a twin
+/// elsewhere no longer than that invocation's deadline, as one carrying the context does.
+#[tokio::test]
+async fn a_request_within_a_context_stops_waiting_before_its_deadline() {
+    let store = store();
+    let app = App::new();
+    let here = layered(&app, layer(&store).build().unwrap());
+    let mut elsewhere = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    let first = tokio::spawn({
+        let here = here.clone();
+        async move { send(&here, REST, |e| set_header(e, "x-test", "gate")).await }
+    });
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let event: Value = serde_json::from_str(REST).unwrap();
+    let request: LambdaRequest = serde_json::from_value(event).unwrap();
+    let request = Request::from(request);
+    assert!(request.extensions().get::<Context>().is_none());
+    let mut context = Context::default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    context.deadline = now.unwrap().as_millis() as u64 + 2_000;
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(6),
+        lambda_idempotency::with_context(&context, elsewhere.call(request)),
+    )
+    .await;
+    let waited = started.elapsed();
+    app.gate.add_permits(1);
+    first.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "waited {waited:?}, past the invocation's 2 s deadline: {:?}",
+        answer.map(|r| r.map(|r| r.status()))
+    );
+}
+
+/// The layer's request is an entry point of its own, even inside a batch record: a layer
+/// without `wait_for_in_progress` answers `409` at once for a key in progress in another
+/// record of the batch, never waiting for it as a batch twin would.
+#[tokio::test]
+async fn without_a_wait_a_key_in_progress_answers_409_inside_a_batch_too() {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use lambda_idempotency::SqsBatch;
+    let store = store();
+    let app = App::new();
+    let service = layered(&app, layer(&store).build().unwrap());
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "m1", "body": "gate"},
+        {"messageId": "m2", "body": ""},
+    ]}))
+    .unwrap();
+    let statuses = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = std::time::Instant::now();
+    let sqs = SqsBatch::new();
+    let batch = sqs.run(LambdaEvent::new(event, Context::default()), |message| {
+        let (mut service, app, statuses) = (service.clone(), app.clone(), statuses.clone());
+        async move {
+            let gated = message.body.as_deref() == Some("gate");
+            if !gated {
+                while app.calls() == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            let mut event: Value = serde_json::from_str(REST).unwrap();
+            if gated {
+                set_header(&mut event, "x-test", "gate");
+            }
+            let request: LambdaRequest = serde_json::from_value(event).unwrap();
+            let response = service.call(Request::from(request)).await.unwrap();
+            let status = response.status().as_u16();
+            statuses.lock().unwrap().push((
+                message.message_id.clone().unwrap(),
+                status,
+                started.elapsed(),
+            ));
+            if !gated {
+                app.gate.add_permits(1);
+            }
+            Ok::<_, lambda_http::Error>(())
+        }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(5), batch).await;
+    app.gate.add_permits(1);
+    let statuses = statuses.lock().unwrap().clone();
+    assert!(
+        statuses
+            .iter()
+            .any(|(id, status, _)| id == "m2" && *status == 409),
+        "m2 should get 409 at once: {statuses:?}"
+    );
+}
+
+/// A request waiting (in memory) for a twin whose handler answered a `500` inside a batch
+/// record is told when the `500` comes, not when that record's handler returns.
+#[tokio::test]
+async fn a_failed_request_inside_a_batch_record_frees_its_twins_at_once() {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use lambda_idempotency::SqsBatch;
+    let store = store();
+    let app = App::new();
+    let service = layered(
+        &app,
+        layer(&store)
+            .wait_for_in_progress(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
+    let event: SqsEvent =
+        serde_json::from_value(json!({"Records": [{"messageId": "m1", "body": ""}]})).unwrap();
+    let failed_at = Arc::new(std::sync::Mutex::new(None));
+    let sqs = SqsBatch::new();
+    let batch = {
+        let (service, failed_at) = (service.clone(), failed_at.clone());
+        async move {
+            sqs.run(LambdaEvent::new(event, Context::default()), |_message| {
+                let (mut service, failed_at) = (service.clone(), failed_at.clone());
+                async move {
+                    let mut event: Value = serde_json::from_str(REST).unwrap();
+                    set_header(&mut event, "x-test", "gate,status=500");
+                    let request: LambdaRequest = serde_json::from_value(event).unwrap();
+                    let response = service.call(Request::from(request)).await.unwrap();
+                    assert_eq!(response.status().as_u16(), 500);
+                    *failed_at.lock().unwrap() = Some(std::time::Instant::now());
+                    // The record's handler goes on with other work.
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Ok::<_, lambda_http::Error>(())
+                }
+            })
+            .await
+        }
+    };
+    let batch = tokio::spawn(batch);
+    while app.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let twin = tokio::spawn({
+        let service = service.clone();
+        async move { send(&service, REST, |_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.gate.add_permits(1);
+    let twin = twin.await.unwrap();
+    let answered = std::time::Instant::now();
+    let _ = batch.await;
+    let failed = failed_at
+        .lock()
+        .unwrap()
+        .expect("the first request answered 500");
+    let late = answered.duration_since(failed);
+    assert!(
+        late < Duration::from_secs(1),
+        "the twin answered {} {late:?} after its twin's 500",
+        twin.status
+    );
+}

@@ -234,10 +234,12 @@ where
         "key": key,
         "fingerprint": fingerprint(&parts, &s.fingerprint_headers, &body),
     });
+    // The request's invocation, or the one it is called within (`with_context`).
     let deadline = parts
         .extensions
         .get::<lambda_runtime::Context>()
-        .and_then(context_deadline);
+        .and_then(context_deadline)
+        .or_else(crate::invocation::current_deadline);
     let idempotency = &s.idempotency;
     let id = match idempotency.idempotency_id(&s.operation, &payload) {
         Ok(id) => id,

@@ -567,7 +567,8 @@ async fn writes_commit_with_the_completion_in_one_transaction() {
     assert_eq!(record.unwrap()["status"].as_s().unwrap(), "COMPLETED");
     assert!(answers.get_raw("lost").await.is_some());
 
-    // A write whose condition fails: refused by index and table, the claim released.
+    // A write whose condition fails: refused by index and table, the refusal kept as the
+    // record's answer, so a redelivery answers it without running.
     let refused = deliver("w2");
     answers
         .client
@@ -586,8 +587,21 @@ async fn writes_commit_with_the_completion_in_one_transaction() {
         other => panic!("a failed condition refuses the writes, got {other:?}"),
     }
     let id = idem.idempotency_id(&op(), &payload("w2")).unwrap();
-    assert!(table.get_raw(&id).await.is_none(), "the claim is released");
+    let record = table.get_raw(&id).await.expect("the refusal is kept");
+    assert_eq!(record["status"].as_s().unwrap(), "COMPLETED");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let again = deliver("w2").await;
+    assert!(
+        matches!(
+            again,
+            Err(ExecuteError::Idempotency(Error::WritesRefused {
+                retryable: false,
+                ..
+            }))
+        ),
+        "{again:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "answered without running");
 }
 
 /// More than DynamoDB takes in one transaction is refused before any request is sent.
@@ -617,10 +631,59 @@ async fn writes_past_the_transaction_limits_are_refused_before_sending() {
             .complete_with(&claim, Some("1"), now, &Writes::new(writes))
             .await;
         assert!(
-            matches!(answer, Err(Error::WritesRefused { .. })),
+            matches!(answer, Err(Error::WritesInvalid { .. })),
             "{what}: {answer:?}"
         );
         assert_eq!(table.item_requests().await, 0, "{what}: nothing sent");
         store.release(&claim).await.unwrap();
     }
+}
+
+/// Writes DynamoDB refuses whole for their shape (too many items: a mistake in the code)
+/// release the claim, never kept: the fixed deployment's delivery runs.
+#[tokio::test]
+async fn writes_invalid_for_their_shape_are_released_for_the_fixed_deployment() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put};
+    use lambda_idempotency::WithWrites;
+    use lambda_idempotency::store::dynamodb::DynamoDbWrites;
+
+    let (_table, store) = store("invalid-shape").await;
+    let idem = Idempotency::new(store);
+    let op = Operation::new("invalid_shape", KeyStrategy::field("id"));
+    let put = |i: usize| {
+        Put::builder()
+            .table_name("answers")
+            .item("id", AttributeValue::S(format!("k{i}")))
+            .build()
+            .unwrap()
+    };
+    let calls = AtomicU32::new(0);
+    let first = idem
+        .execute_committing(&op, &json!({"id": "m"}), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(
+                1,
+                (0..100).fold(DynamoDbWrites::new(), |w, i| w.put(put(i))),
+            ))
+        })
+        .await;
+    assert!(
+        matches!(
+            first,
+            Err(ExecuteError::Idempotency(Error::WritesInvalid { .. }))
+        ),
+        "{first:?}"
+    );
+    // The fixed release: no writes at all.
+    let second = idem
+        .execute_committing(&op, &json!({"id": "m"}), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(1, DynamoDbWrites::new()))
+        })
+        .await;
+    assert!(
+        second.is_ok(),
+        "{} calls; the fixed release answers the old refusal: {second:?}",
+        calls.load(Ordering::SeqCst)
+    );
 }

@@ -190,8 +190,21 @@ pub enum Error {
         key: String,
         /// Which write, and why (never its values).
         reason: String,
-        /// Whether a later delivery runs the function again (the operation said so).
+        /// Whether a later delivery runs the function again: the operation said so, or the
+        /// store knows the condition can come to hold (a PostgreSQL foreign key whose
+        /// parent row may arrive later).
         retryable: bool,
+    },
+    /// The function's writes cannot be made as they were built, whatever the rows hold: too
+    /// many or too large for one transaction, a write without an operation or on the
+    /// record's own item, a statement that would end the transaction. Nothing was written
+    /// and the claim is released: a mistake in the code, which fixing heals (as
+    /// [`WritesUnsupported`](Self::WritesUnsupported)); never kept in the record.
+    WritesInvalid {
+        /// The stored idempotency id.
+        key: String,
+        /// Which write, and why.
+        reason: String,
     },
     /// The function returned writes of a type its store cannot commit with a completion
     /// (another store's writes, or a store without writes: Redis). Nothing was written; the
@@ -273,6 +286,7 @@ impl Error {
             | Error::ReplayAnswerIncompatible { .. }
             | Error::LeaseLost { .. }
             | Error::InconsistentState { .. }
+            | Error::WritesInvalid { .. }
             | Error::WritesUnsupported { .. }
             | Error::Unsupported { .. }
             | Error::Store { .. } => false,
@@ -407,7 +421,11 @@ impl fmt::Display for Error {
                 retryable: false,
             } => write!(
                 f,
-                "the store refused the function's writes for idempotency key {key:?} by their own condition, so neither they nor the result were stored; the refusal is kept in the record and every later delivery answers it without running the function (forget the record to run again, once the rows that refused them are deleted or upserted): {reason}"
+                "the store refused the function's writes for idempotency key {key:?} by their own condition, so neither they nor the result were stored; no later delivery can change that, so the refusal is the record's answer and later deliveries answer it without running the function (forget the record to run again, once the rows that refused them are deleted or upserted): {reason}"
+            ),
+            Error::WritesInvalid { key, reason } => write!(
+                f,
+                "the function's writes for idempotency key {key:?} cannot be made as built, so nothing was written and the claim is released (a mistake in the code: fixing it heals the message): {reason}"
             ),
             Error::WritesUnsupported { store, writes } => write!(
                 f,
@@ -459,6 +477,7 @@ impl Error {
             Error::InProgressAnswerIncompatible { .. } => "InProgressAnswerIncompatible",
             Error::TwinFailed { .. } => "TwinFailed",
             Error::WritesRefused { .. } => "WritesRefused",
+            Error::WritesInvalid { .. } => "WritesInvalid",
             Error::WritesUnsupported { .. } => "WritesUnsupported",
             Error::Unsupported { .. } => "Unsupported",
             Error::InconsistentState { .. } => "InconsistentState",

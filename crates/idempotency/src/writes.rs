@@ -195,15 +195,22 @@ impl Idempotency {
     }
 
     /// Refuses writes built for `store` (a [`StoreWrites::STORE`]) that this handle's store
-    /// cannot commit, as [`check_writes`](Self::check_writes) does. Writes whose store is
-    /// chosen at run time ([`Writes`]) and a disabled handle are left to the commit.
+    /// cannot commit, as [`check_writes`](Self::check_writes) does (a disabled handle
+    /// commits none). Writes whose store is chosen at run time ([`Writes`]) are left to
+    /// the commit.
     pub(crate) fn refuse_writes_for_another_store(&self, store: &'static str) -> Result<(), Error> {
         let engine = &self.engine;
-        if store == Writes::STORE || engine.config.disabled || engine.store.commits_writes(store) {
+        let refused_by = if store == Writes::STORE {
             return Ok(());
-        }
+        } else if engine.config.disabled {
+            "disabled idempotency"
+        } else if engine.store.commits_writes(store) {
+            return Ok(());
+        } else {
+            engine.store.name()
+        };
         Err(Error::WritesUnsupported {
-            store: engine.store.name(),
+            store: refused_by,
             writes: store,
         })
     }

@@ -1542,3 +1542,39 @@ async fn a_spawned_task_keeps_its_tenant_only_when_given_the_context() {
         assert_eq!(id, expected, "carried: {carried}");
     }
 }
+
+/// A disabled handle cannot commit writes (`check_writes` says so): `execute_committing`
+/// refuses them before it runs (pays for) the function.
+#[tokio::test]
+async fn a_disabled_handle_refuses_writes_before_running() {
+    use lambda_idempotency::WithWrites;
+    use lambda_idempotency::store::memory::MemoryWrites;
+    let idem = Idempotency::builder(MemoryStore::new())
+        .disabled(true)
+        .build();
+    let op = Operation::new("disabled_writes", KeyStrategy::field("id"));
+    let calls = AtomicU32::new(0);
+    let answer = idem
+        .execute_committing(&op, &json!({"id": "a"}), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(
+                1,
+                MemoryWrites::new().put("t", "k", json!(1)),
+            ))
+        })
+        .await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the function ran, then its writes were refused: {answer:?}"
+    );
+    assert!(
+        matches!(
+            answer,
+            Err(lambda_idempotency::ExecuteError::Idempotency(
+                Error::WritesUnsupported { .. }
+            ))
+        ),
+        "{answer:?}"
+    );
+}

@@ -329,7 +329,11 @@ impl Engine {
                 warn!("lease lost before completion: another worker took the record over");
                 Err(ExecuteError::Idempotency(Error::LeaseLost { key }))
             }
-            Err(Error::WritesRefused { key, reason, .. }) if !refusals_retryable => {
+            Err(Error::WritesRefused {
+                key,
+                reason,
+                retryable: false,
+            }) if !refusals_retryable => {
                 // Refused by their own condition: no later delivery can change that, and
                 // each would pay for the function again. The refusal is the answer.
                 let kept = refusal_data(&reason);
@@ -342,8 +346,13 @@ impl Engine {
                     Ok(()) => {
                         warn!(%reason, "the function's writes were refused by their own condition: the refusal is kept as the record's answer, and later deliveries answer it without running")
                     }
+                    // Another worker holds the record now: its outcome is the record's.
+                    Err(err @ Error::LeaseLost { .. }) => {
+                        warn!(%reason, "the function's writes were refused, and the lease was lost before the refusal was kept");
+                        return Err(ExecuteError::Idempotency(err));
+                    }
                     Err(err) => {
-                        warn!(%reason, error = %crate::error::report(&err), "the function's writes were refused, and the refusal could not be kept in the record")
+                        warn!(%reason, error = %crate::error::report(&err), lease_until = ?claim.lease_until, "the function's writes were refused, and the refusal could not be kept in the record: it stays in progress until its lease ends")
                     }
                 }
                 Err(ExecuteError::Idempotency(Error::WritesRefused {
@@ -353,8 +362,8 @@ impl Engine {
                 }))
             }
             Err(Error::WritesRefused { key, reason, .. }) => {
-                // The operation says a later delivery may succeed: it runs the function
-                // again.
+                // The operation or the store says a later delivery may succeed: it runs
+                // the function again.
                 self.release(claim, cutoff, "its writes were refused").await;
                 Err(ExecuteError::Idempotency(Error::WritesRefused {
                     key,
@@ -362,8 +371,8 @@ impl Engine {
                     retryable: true,
                 }))
             }
-            Err(err @ Error::WritesUnsupported { .. }) => {
-                // A deployment mistake: nothing was written, and a fixed deployment runs
+            Err(err @ (Error::WritesUnsupported { .. } | Error::WritesInvalid { .. })) => {
+                // A mistake in the code: nothing was written, and a fixed deployment runs
                 // the function.
                 self.release(claim, cutoff, "its writes were refused").await;
                 Err(ExecuteError::Idempotency(err))

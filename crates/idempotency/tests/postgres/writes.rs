@@ -264,7 +264,7 @@ async fn transaction_and_session_control_is_refused_before_anything_runs() {
         let writes = Writes::new(insert(&kit.quoted, &format!("k{n}"), "x").execute(control, ()));
         let answer = store.complete_with(&c, Some("1"), now, &writes).await;
         assert!(
-            matches!(&answer, Err(Error::WritesRefused { reason, .. }) if reason.contains("statement 1")),
+            matches!(&answer, Err(Error::WritesInvalid { reason, .. }) if reason.contains("statement 1")),
             "{control}: {answer:?}"
         );
         assert_eq!(kit.read_value(&format!("k{n}")).await, None, "{control}");
@@ -363,4 +363,124 @@ async fn no_statement_weakens_the_next_transactions_protections() {
         holder.batch_execute("ROLLBACK").await.unwrap();
     }
     table.drop_table().await;
+}
+
+/// Writes that cannot be made as built (a statement that ends the transaction) are a
+/// mistake in the code, not a refusal by their condition: the claim is released, never
+/// kept, so the fixed deployment's delivery runs and commits.
+#[tokio::test]
+async fn writes_invalid_as_built_are_released_for_the_fixed_deployment() {
+    let table = TestTable::new("invalid_writes").await;
+    let kit = table.writes_kit().await;
+    let idempotency = Idempotency::new(table.store());
+    let op = Operation::new("invalid_writes", KeyStrategy::field("id"));
+    let payload = json!({"id": "m1"});
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    // Release 1: a bug, a COMMIT among the statements.
+    let answer = idempotency
+        .execute_committing(&op, &payload, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(
+                1,
+                insert(&kit.quoted, "m1", "x").execute("COMMIT", ()),
+            ))
+        })
+        .await;
+    assert!(
+        matches!(
+            answer,
+            Err(lambda_idempotency::ExecuteError::Idempotency(
+                Error::WritesInvalid { .. }
+            ))
+        ),
+        "{answer:?}"
+    );
+    // Release 2, fixed: the redriven message should run and commit.
+    let answer = idempotency
+        .execute_committing(&op, &payload, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(1, insert(&kit.quoted, "m1", "x")))
+        })
+        .await;
+    let ran = calls.load(std::sync::atomic::Ordering::SeqCst);
+    table.drop_table().await;
+    assert!(
+        answer.is_ok() && ran == 2,
+        "the fixed deployment never runs: {ran} calls, answer {answer:?}"
+    );
+}
+
+/// A foreign-key violation (the referenced row not there *yet*: a standard queue delivers
+/// out of order) releases the claim: the delivery after the parent arrives runs.
+#[tokio::test]
+async fn a_foreign_key_refusal_heals_when_the_parent_arrives() {
+    let table = TestTable::new("fk_refusal").await;
+    let kit = table.writes_kit().await;
+    let child = format!("{}_child", kit.quoted.trim_end_matches('"'));
+    let child = format!("{child}\"");
+    table
+        .admin
+        .batch_execute(&format!(
+            "CREATE TABLE {child} (key text PRIMARY KEY, parent text NOT NULL REFERENCES {} (key))",
+            kit.quoted
+        ))
+        .await
+        .unwrap();
+    let idempotency = Idempotency::new(table.store());
+    let op = Operation::new("fk_refusal", KeyStrategy::field("id"));
+    let payload = json!({"id": "child-1"});
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let write = || {
+        PostgresWrites::new().execute(
+            format!("INSERT INTO {child} (key, parent) VALUES ($1, $2)"),
+            ("child-1".to_owned(), "parent-1".to_owned()),
+        )
+    };
+    let first = idempotency
+        .execute_committing(&op, &payload, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(1, write()))
+        })
+        .await;
+    // The parent arrives (another message), then the child is redelivered.
+    table
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO {} (key, value) VALUES ('parent-1', 'p')",
+                kit.quoted
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let second = idempotency
+        .execute_committing(&op, &payload, || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(WithWrites::new(1, write()))
+        })
+        .await;
+    let ran = calls.load(std::sync::atomic::Ordering::SeqCst);
+    table
+        .admin
+        .batch_execute(&format!("DROP TABLE {child}"))
+        .await
+        .unwrap();
+    table.drop_table().await;
+    assert!(
+        matches!(
+            first,
+            Err(lambda_idempotency::ExecuteError::Idempotency(
+                Error::WritesRefused {
+                    retryable: true,
+                    ..
+                }
+            ))
+        ),
+        "{first:?}"
+    );
+    assert!(
+        second.is_ok(),
+        "the redelivery after the parent arrived answers the stored FK refusal ({ran} calls): {second:?}"
+    );
 }

@@ -345,10 +345,9 @@ impl DynamoDbStore {
         completion: &TransactWriteItem,
         writes: &DynamoDbWrites,
     ) -> Result<(), Error> {
-        let refused = |reason: String| Error::WritesRefused {
+        let refused = |reason: String| Error::WritesInvalid {
             key: claim.id.clone(),
             reason,
-            retryable: false,
         };
         if writes.len() > DynamoDbWrites::MAX_ITEMS {
             return Err(refused(format!(

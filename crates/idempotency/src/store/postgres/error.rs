@@ -35,6 +35,8 @@ mod sqlstate {
     /// Class `23`: integrity constraint violation (unique, foreign key, check, not null,
     /// exclusion).
     pub(super) const INTEGRITY_CONSTRAINT_VIOLATION: &str = "23";
+    /// A foreign key's parent row is missing: it may be written later.
+    pub(super) const FOREIGN_KEY_VIOLATION: &str = "23503";
 }
 
 /// The SQLSTATE of an integrity constraint violation (class `23`), if `err` is one: the
@@ -43,6 +45,12 @@ pub(super) fn integrity_violation(err: &tokio_postgres::Error) -> Option<&str> {
     err.code()
         .map(|code| code.code())
         .filter(|code| code.starts_with(sqlstate::INTEGRITY_CONSTRAINT_VIOLATION))
+}
+
+/// Whether an integrity violation's condition can come to hold on a later delivery: a
+/// foreign key whose parent row is written later (a standard queue delivers out of order).
+pub(super) fn may_hold_later(code: &str) -> bool {
+    code == sqlstate::FOREIGN_KEY_VIOLATION
 }
 
 /// Whether the error says the session lost a statement prepared on it: the cache is

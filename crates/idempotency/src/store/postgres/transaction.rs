@@ -77,12 +77,12 @@ impl PostgresStore {
             .enumerate()
             .find_map(|(i, st)| transaction_control(&st.sql).map(|k| (i, k)))
         {
-            return Err(refused(
-                claim,
-                format!(
+            return Err(Error::WritesInvalid {
+                key: claim.id.clone(),
+                reason: format!(
                     "statement {index} is {keyword}, which would end or change the completion's transaction or the session: only statements that read or write rows commit with the record"
                 ),
-            ));
+            });
         }
         let mut slot = self.inner.transactions.lock().await;
         let connection = match slot.take() {
@@ -199,7 +199,9 @@ impl Open<'_> {
                 Err(e) => {
                     let broken = breaks(&e);
                     let error = match integrity_violation(&e) {
-                        Some(code) => refused(claim, format!("at COMMIT: SQLSTATE {code}")),
+                        Some(code) => {
+                            refused(claim, Some(code), format!("at COMMIT: SQLSTATE {code}"))
+                        }
                         None => store.pg_error(e),
                     };
                     (Err(error), !broken)
@@ -300,7 +302,7 @@ impl TxConnection {
                         .map(|c| format!(" (constraint {c:?})"))
                         .unwrap_or_default();
                     let reason = format!("statement {index}: SQLSTATE {code}{constraint}");
-                    return Err(Stop::Answer(Err(refused(claim, reason))));
+                    return Err(Stop::Answer(Err(refused(claim, Some(code), reason))));
                 }
                 return Err(self.write_failed(index, e));
             }
@@ -309,7 +311,7 @@ impl TxConnection {
             Some(expected) if expected != changed => {
                 let reason =
                     format!("statement {index} changed {changed} rows, expected {expected}");
-                Err(Stop::Answer(Err(refused(claim, reason))))
+                Err(Stop::Answer(Err(refused(claim, None, reason))))
             }
             _ => Ok(()),
         }
@@ -373,11 +375,13 @@ impl TxConnection {
     }
 }
 
-fn refused(claim: &Claim, reason: String) -> Error {
+/// A refusal by the writes' own condition. A foreign key's parent row may arrive later (a
+/// standard queue delivers out of order): that one is retryable.
+fn refused(claim: &Claim, code: Option<&str>, reason: String) -> Error {
     Error::WritesRefused {
         key: claim.id.clone(),
         reason,
-        retryable: false,
+        retryable: code.is_some_and(super::error::may_hold_later),
     }
 }
 

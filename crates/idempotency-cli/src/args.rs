@@ -19,7 +19,7 @@ stores (--store, else the worker's IDEMPOTENCY_STORE and its variables):
 --json: one JSON document on stdout whatever happens, an error too ({\"error\": ..., \"exit\": N}).
 
 exit status:
-  0  done (get: found; forget: deleted, or gone already; list: listed)
+  0  done (get: found; forget: deleted, or deleted by another since it was read; list: listed)
   1  the store failed (unreachable, timed out, malformed record)
   2  a usage or configuration error (a malformed URL, a refused password or role, a table
      that is not the worker's, a store this build left out)

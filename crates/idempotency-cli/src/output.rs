@@ -63,7 +63,8 @@ pub(crate) fn json(record: &Record, now: SystemTime, data: bool) -> Value {
         "in_progress_expiration": record.in_progress_expiration.map(epoch_millis),
         "lease_ended": record.status == Status::InProgress
             && record.in_progress_expiration.is_some_and(|end| end < now),
-        "result_stored": record.data.is_some(),
+        "result_stored": record.data.is_some() && record.writes_refused().is_none(),
+        "writes_refused": record.writes_refused(),
         "result_bytes": record.data.as_ref().map(String::len),
         "validation": record.validation.is_some(),
         "lease_token": record.lease_token,
@@ -96,10 +97,14 @@ pub(crate) fn human(record: &Record, now: SystemTime, data: bool) -> String {
     }
     line(
         "result",
-        match &record.data {
-            Some(d) => format!("stored, {} bytes", d.len()),
-            None if record.status == Status::Completed => "not stored (too large)".into(),
-            None => "none yet".into(),
+        match (&record.data, record.writes_refused()) {
+            (_, Some(reason)) => format!(
+                "none: the function's writes were refused, and every delivery answers that without running: {}",
+                shown(reason)
+            ),
+            (Some(d), None) => format!("stored, {} bytes", d.len()),
+            (None, _) if record.status == Status::Completed => "not stored (too large)".into(),
+            (None, _) => "none yet".into(),
         },
     );
     line(
@@ -141,9 +146,10 @@ pub(crate) fn summary(record: &Record, now: SystemTime) -> String {
             )
         }
         (Status::InProgress, None) => "no lease".into(),
-        (_, _) => match &record.data {
-            Some(d) => format!("{} bytes stored", d.len()),
-            None => "no result stored".into(),
+        (_, _) => match (&record.data, record.writes_refused()) {
+            (_, Some(_)) => "writes refused".into(),
+            (Some(d), None) => format!("{} bytes stored", d.len()),
+            (None, _) => "no result stored".into(),
         },
     };
     format!(
@@ -207,7 +213,21 @@ mod tests {
         assert!(!json(&record, now, false).to_string().contains("secret"));
         assert!(human(&record, now, true).contains("secret"));
         assert_eq!(json(&record, now, true)["data"], "\"secret answer\"");
+        assert_eq!(json(&record, now, false)["writes_refused"], Value::Null);
         assert_eq!(json(&record, now, false)["result_bytes"], 15);
+
+        // A kept refusal (the stored form is the library's): no result, its reason shown.
+        record.data = Some("!writes-refused: statement 0: SQLSTATE 23505".into());
+        let text = human(&record, now, false);
+        assert!(
+            text.contains("result       none: the function's writes were refused"),
+            "{text}"
+        );
+        assert!(text.contains("SQLSTATE 23505"), "{text}");
+        assert!(summary(&record, now).contains("writes refused"));
+        let value = json(&record, now, false);
+        assert_eq!(value["result_stored"], false);
+        assert_eq!(value["writes_refused"], "statement 0: SQLSTATE 23505");
     }
 
     /// A live lease reads as one that ends; a completion without its result says it was

@@ -54,6 +54,27 @@ impl fmt::Display for UnknownStatus {
 
 impl std::error::Error for UnknownStatus {}
 
+/// What a record completed with refused writes holds as its data: a text no result's
+/// JSON starts with, then the refusal's reason.
+const REFUSAL_MARK: &str = "!writes-refused: ";
+
+/// The longest reason kept in a record: it names a write, never its values.
+const MAX_KEPT_REASON: usize = 1024;
+
+/// The data of a record whose function's writes were refused for `reason`.
+pub(crate) fn refusal_data(reason: &str) -> String {
+    let mut end = reason.len().min(MAX_KEPT_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{REFUSAL_MARK}{}", &reason[..end])
+}
+
+/// The refusal's reason, if `data` is a kept refusal.
+pub(crate) fn refusal_in(data: &str) -> Option<&str> {
+    data.strip_prefix(REFUSAL_MARK)
+}
+
 /// One idempotency record, as every store keeps it.
 ///
 /// | field | stored as (DynamoDB default name) |
@@ -85,6 +106,13 @@ pub struct Record {
 }
 
 impl Record {
+    /// The reason the function's writes were refused, when the record holds a kept
+    /// refusal as its answer ([`Error::WritesRefused`](crate::Error::WritesRefused)), not
+    /// a result: later deliveries answer it without running.
+    pub fn writes_refused(&self) -> Option<&str> {
+        self.data.as_deref().and_then(refusal_in)
+    }
+
     /// A record with only its id, status and expiration set; set the other fields after.
     pub fn new(id: impl Into<String>, status: Status, expiration: SystemTime) -> Self {
         Self {

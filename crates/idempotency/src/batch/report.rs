@@ -205,7 +205,8 @@ impl BatchResponse for aws_lambda_events::event::streams::DynamoDbEventResponse 
 pub struct PartialBatchResponse<R = SqsBatchResponse>(R);
 
 impl<R> PartialBatchResponse<R> {
-    /// The source's own response type.
+    /// The source's own response type (no longer `#[must_use]`: return it).
+    #[must_use = "return the partial batch response to Lambda: dropped, Lambda reads `null` as every record succeeded and deletes the failed ones"]
     pub fn into_inner(self) -> R {
         self.0
     }

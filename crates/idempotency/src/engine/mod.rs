@@ -336,7 +336,7 @@ impl Engine {
             }) if !refusals_retryable => {
                 // Refused by their own condition: no later delivery can change that, and
                 // each would pay for the function again. The refusal is the answer.
-                let kept = refusal_data(&reason);
+                let kept = crate::record::refusal_data(&reason);
                 let stored = self
                     .retry(cutoff, u32::MAX, "complete", || {
                         store.complete(claim, Some(&kept), expiration)
@@ -385,7 +385,7 @@ impl Engine {
                 Err(ExecuteError::Idempotency(err))
             }
             Err(err) => {
-                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "RESULT LOST: the function ran but its result could not be stored; the record stays in progress until its lease ends, and a later delivery will run the function again");
+                error!(error = %crate::error::report(&err), lease_until = ?claim.lease_until, "RESULT LOST: the function ran but its result could not be stored; the record stays in progress until its lease ends, and a delivery after it, if any, runs the function again");
                 Ok((value, Outcome::ExecutedUnstored))
             }
         }
@@ -441,7 +441,7 @@ impl Engine {
                 warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; at most once, later deliveries are refused as abandoned until an operator forgets the record or it expires")
             }
             Err(err) => {
-                warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; it will be taken over when its lease ends")
+                warn!(reason = why, error = %crate::error::report(&err), "could not release the claim; a claim after its lease ends may take it over")
             }
         }
     }
@@ -489,24 +489,8 @@ pub(crate) fn check_validation(
     }
 }
 
-/// What a record completed with refused writes holds as its data: a text no result's
-/// JSON starts with, then the refusal's reason.
-const REFUSAL_MARK: &str = "!writes-refused: ";
-
-/// The longest reason kept in a record: it names a write, never its values.
-const MAX_KEPT_REASON: usize = 1024;
-
-/// The data of a record whose function's writes were refused for `reason`.
-fn refusal_data(reason: &str) -> String {
-    let mut end = reason.len().min(MAX_KEPT_REASON);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{REFUSAL_MARK}{}", &reason[..end])
-}
-
 pub(crate) fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
-    if let Some(reason) = data.and_then(|d| d.strip_prefix(REFUSAL_MARK)) {
+    if let Some(reason) = data.and_then(crate::record::refusal_in) {
         return Err(Error::WritesRefused {
             key: id.to_owned(),
             reason: reason.to_owned(),

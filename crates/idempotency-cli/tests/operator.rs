@@ -110,7 +110,20 @@ async fn a_stuck_claim_is_found_read_and_forgotten_and_the_next_delivery_runs_on
         assert_eq!(idempotency.forget(&read).await.unwrap(), Forgotten::Deleted);
     } else {
         // Find it: the claims stuck for more than a moment under the operation.
-        let (code, listed) = command(&store, &["list", "--prefix", &prefix, "--stuck"]).await;
+        // Bounded by the records, not the shared server's keyspace (a Redis SCAN's count
+        // grows with it: every key it passes counts as examined).
+        let (code, listed) = command(
+            &store,
+            &[
+                "list",
+                "--prefix",
+                &prefix,
+                "--stuck",
+                "--max-items",
+                "100000000",
+            ],
+        )
+        .await;
         assert_eq!(code, 0, "{listed}");
         let ids: Vec<&str> = listed["records"]
             .as_array()
@@ -601,7 +614,8 @@ async fn a_cluster_is_read_through_any_one_of_its_nodes() {
     let first = urls.split(',').next().unwrap().to_owned();
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"));
     command
-        .args(["--store", &first, "--json", "--quiet", "list", "--prefix"])
+        .args(["--store", &first, "--json", "--quiet", "list"])
+        .args(["--max-items", "100000000", "--prefix"])
         .arg(format!("worker.{run}#"))
         .envs(env.clone());
     let out = command.output().await.unwrap();
@@ -716,7 +730,9 @@ async fn a_listing_for_a_person_says_where_it_stopped() {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"));
         command
             .args(["--store", &slow_url, "list", "--page-size", "1"])
-            .args(["--max-items", "5", "--prefix"])
+            // The whole keyspace: a few round trips at least (a SCAN's count grows tenfold
+            // after a step without a match), each held back 400 ms.
+            .args(["--max-items", "100000000", "--prefix"])
             .arg(format!("worker.{run}#"))
             .args(quiet)
             .envs(env.clone());

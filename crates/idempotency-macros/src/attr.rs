@@ -19,6 +19,8 @@ pub(crate) struct Args {
     pub(crate) key_prefix: Option<LitStr>,
     /// The `with_outcome` flag itself, for its span.
     pub(crate) with_outcome: Option<Ident>,
+    /// The `refused_writes_retryable` flag itself.
+    pub(crate) refused_writes_retryable: Option<Ident>,
     /// `crate = "path"`: the path of `lambda_idempotency` in the caller's crate.
     pub(crate) krate: Option<Path>,
 }
@@ -31,8 +33,7 @@ pub(crate) enum Fields {
     Const(ExprPath),
 }
 
-const KNOWN: &str =
-    "handle, payload, context, key, hash, validate, operation, key_prefix, with_outcome, crate";
+const KNOWN: &str = "handle, payload, context, key, hash, validate, operation, key_prefix, with_outcome, refused_writes_retryable, crate";
 
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
@@ -41,14 +42,19 @@ impl Parse for Args {
             // `parse_any`: `crate` is a keyword.
             let name = input.call(Ident::parse_any)?;
             let duplicate = || syn::Error::new(name.span(), format!("duplicate argument `{name}`"));
-            if name == "with_outcome" {
+            if name == "with_outcome" || name == "refused_writes_retryable" {
                 if input.peek(Token![=]) {
                     return Err(syn::Error::new(
                         name.span(),
-                        "`with_outcome` takes no value: write `with_outcome` alone",
+                        format!("`{name}` takes no value: write `{name}` alone"),
                     ));
                 }
-                set(&mut args.with_outcome, name.clone(), duplicate)?;
+                let flag = if name == "with_outcome" {
+                    &mut args.with_outcome
+                } else {
+                    &mut args.refused_writes_retryable
+                };
+                set(flag, name.clone(), duplicate)?;
             } else {
                 input.parse::<Token![=]>()?;
                 match name.to_string().as_str() {

@@ -63,6 +63,8 @@ struct Plan {
     validate: Option<Fields>,
     operation: Option<LitStr>,
     key_prefix: Option<LitStr>,
+    /// `Operation::refused_writes_retryable`.
+    refused_writes_retryable: bool,
     /// `::lambda_idempotency`, or the `crate = "..."` path.
     krate: Path,
     companion: Option<Companion>,
@@ -214,6 +216,7 @@ fn check(args: Args, item: Item) -> syn::Result<Plan> {
         validate: args.validate,
         operation: args.operation,
         key_prefix: args.key_prefix,
+        refused_writes_retryable: args.refused_writes_retryable.is_some(),
         krate,
         companion,
         sig,

@@ -31,6 +31,7 @@ use proc_macro::TokenStream;
 /// | `operation = "name"` | keeps this function's keys apart from others'; default for a module's function: its module path and name (see below); **required** on methods |
 /// | `key_prefix = "prefix"` | the stored id's prefix instead of `{function_name}.{operation}`: stable across renames |
 /// | `context = arg` | a `lambda_runtime::Context` argument whose deadline ends the lease |
+/// | `refused_writes_retryable` | a function returning `WithWrites` whose writes are refused by their own condition releases its claim, and the next delivery runs it again (`Operation::refused_writes_retryable`); without it the refusal is kept as the answer |
 /// | `with_outcome` | also generates `<name>_with_outcome`, returning `Result<(T, Outcome), E>`: how the call was answered |
 /// | `crate = "path"` | the path of `lambda_idempotency` if it is renamed or re-exported; default `::lambda_idempotency` |
 ///

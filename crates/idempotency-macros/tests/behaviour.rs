@@ -381,3 +381,69 @@ async fn writes_the_store_cannot_commit_are_refused_before_the_body_runs() {
     );
     assert_eq!(store.total_requests(), 0, "nothing claimed");
 }
+
+/// Orders committed with their record, as a new user's app does: a plain insert of the
+/// order's row, refused when the row is there already (an operator forgot the record).
+struct Orders {
+    idempotency: Idempotency,
+    calls: AtomicU32,
+}
+
+impl Orders {
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id", operation = "order")]
+    async fn order(
+        &self,
+        request: Request,
+    ) -> Result<lambda_idempotency::WithWrites<String, MemoryWrites>, lambda_runtime::Error> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let writes = MemoryWrites::new().put_new("orders", &request.request_id, json!(1));
+        Ok(lambda_idempotency::WithWrites::new("ordered".into(), writes))
+    }
+
+    #[idempotent(handle = self.idempotency, payload = request, key = "request_id",
+                 operation = "order_retried", refused_writes_retryable)]
+    async fn order_retried(
+        &self,
+        request: Request,
+    ) -> Result<lambda_idempotency::WithWrites<String, MemoryWrites>, lambda_runtime::Error> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let writes = MemoryWrites::new().put_new("orders", &request.request_id, json!(1));
+        Ok(lambda_idempotency::WithWrites::new("ordered".into(), writes))
+    }
+}
+
+/// Writes refused by their own condition are the answer: the body runs once and every
+/// later delivery answers the refusal; `refused_writes_retryable` runs the body again.
+#[tokio::test]
+async fn refused_writes_are_the_answer_unless_declared_retryable() {
+    let store = MemoryStore::new();
+    let orders = Orders {
+        idempotency: Idempotency::new(store.clone()),
+        calls: AtomicU32::new(0),
+    };
+    // The rows are there already (committed before an operator forgot their records).
+    for id in ["o-1", "o-2"] {
+        let taken = MemoryWrites::new().put("orders", id, json!(0));
+        let claim_free = Idempotency::new(store.clone());
+        let op = lambda_idempotency::Operation::new(
+            "setup",
+            lambda_idempotency::KeyStrategy::field("id"),
+        );
+        claim_free
+            .execute_committing(&op, &json!({"id": id}), || async {
+                Ok::<_, Error>(lambda_idempotency::WithWrites::new(0, taken))
+            })
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let err = orders.order(request("o-1", "hi")).await.unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+    }
+    assert_eq!(orders.calls.swap(0, Ordering::SeqCst), 1, "kept: run once");
+    for _ in 0..2 {
+        let err = orders.order_retried(request("o-2", "hi")).await.unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+    }
+    assert_eq!(orders.calls.load(Ordering::SeqCst), 2, "retryable: run each time");
+}

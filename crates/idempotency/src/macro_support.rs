@@ -38,6 +38,7 @@ pub fn operation(
     hash: Option<&[&str]>,
     validate: Option<&[&str]>,
     key_prefix: Option<&str>,
+    refused_writes_retryable: bool,
 ) -> Result<Operation, Error> {
     let owned = |fields: &[&str]| fields.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
     let by_key = key.map(|k| {
@@ -61,6 +62,7 @@ pub fn operation(
     if let Some(prefix) = key_prefix {
         op = op.key_prefix_unchecked(prefix.to_owned());
     }
+    op = op.refused_writes_retryable(refused_writes_retryable);
     op.check()?;
     Ok(op)
 }
@@ -253,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_bad_field_constant_fails_every_call_with_the_same_error() {
-        let op = operation("op", None, Some(&["/a~x"]), None, None);
+        let op = operation("op", None, Some(&["/a~x"]), None, None, false);
         let err = op.as_ref().unwrap_err();
         assert!(
             matches!(
@@ -266,7 +268,7 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(operation_error(err).to_string(), err.to_string());
-        let op = operation("op", Some("id"), None, Some(&["/b~"]), None);
+        let op = operation("op", Some("id"), None, Some(&["/b~"]), None, false);
         assert!(matches!(
             op,
             Err(Error::InvalidName {
@@ -274,7 +276,7 @@ mod tests {
                 ..
             })
         ));
-        let op = operation("op", Some("/order/id"), None, None, Some("v1")).unwrap();
+        let op = operation("op", Some("/order/id"), None, None, Some("v1"), false).unwrap();
         assert_eq!(
             format!("{:?}", op.key),
             r#"KeyStrategy::pointer("/order/id")"#

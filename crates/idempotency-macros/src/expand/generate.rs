@@ -123,6 +123,7 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
     let hash = option_fields(krate, plan.hash.as_ref());
     let validate = option_fields(krate, plan.validate.as_ref());
     let key_prefix = option_lit(plan.key_prefix.as_ref());
+    let refused_writes_retryable = plan.refused_writes_retryable;
     let context = match &plan.context {
         Some(ctx) => quote! {
             #krate::__macro_support::context_call(::core::borrow::Borrow::<#krate::__macro_support::Context>::borrow(&#ctx))
@@ -165,7 +166,9 @@ fn gen_block(plan: &Plan, body: &Block) -> TokenStream {
             ::core::result::Result<#krate::Operation, #krate::Error>,
         > = ::std::sync::OnceLock::new();
         let __idempotent_operation = __IDEMPOTENT_OPERATION.get_or_init(|| {
-            #krate::__macro_support::operation(#name, #key, #hash, #validate, #key_prefix)
+            #krate::__macro_support::operation(
+                #name, #key, #hash, #validate, #key_prefix, #refused_writes_retryable,
+            )
         });
         let __idempotent_handle: #krate::Idempotency = #krate::Idempotency::clone(&(#handle));
         let __idempotent_payload = #payload_json;

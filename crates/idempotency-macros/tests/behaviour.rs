@@ -397,7 +397,10 @@ impl Orders {
     ) -> Result<lambda_idempotency::WithWrites<String, MemoryWrites>, lambda_runtime::Error> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let writes = MemoryWrites::new().put_new("orders", &request.request_id, json!(1));
-        Ok(lambda_idempotency::WithWrites::new("ordered".into(), writes))
+        Ok(lambda_idempotency::WithWrites::new(
+            "ordered".into(),
+            writes,
+        ))
     }
 
     #[idempotent(handle = self.idempotency, payload = request, key = "request_id",
@@ -408,7 +411,10 @@ impl Orders {
     ) -> Result<lambda_idempotency::WithWrites<String, MemoryWrites>, lambda_runtime::Error> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let writes = MemoryWrites::new().put_new("orders", &request.request_id, json!(1));
-        Ok(lambda_idempotency::WithWrites::new("ordered".into(), writes))
+        Ok(lambda_idempotency::WithWrites::new(
+            "ordered".into(),
+            writes,
+        ))
     }
 }
 
@@ -442,8 +448,15 @@ async fn refused_writes_are_the_answer_unless_declared_retryable() {
     }
     assert_eq!(orders.calls.swap(0, Ordering::SeqCst), 1, "kept: run once");
     for _ in 0..2 {
-        let err = orders.order_retried(request("o-2", "hi")).await.unwrap_err();
+        let err = orders
+            .order_retried(request("o-2", "hi"))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("refused"), "{err}");
     }
-    assert_eq!(orders.calls.load(Ordering::SeqCst), 2, "retryable: run each time");
+    assert_eq!(
+        orders.calls.load(Ordering::SeqCst),
+        2,
+        "retryable: run each time"
+    );
 }

@@ -303,13 +303,7 @@ pub async fn a_refusal_is_the_answer<S>(store: S, kit: &dyn WritesKit)
 where
     S: IdempotencyStore + Clone + 'static,
 {
-    let faulty = FaultyStore::new(store.clone());
-    // The engine's clock follows tokio's, so the lease's cutoff comes on a paused clock too.
-    let idempotency = Idempotency::builder(faulty.clone())
-        .clock(crate::clock::TestClock::new(now_ms()))
-        .lease(Duration::from_secs(2))
-        .store_attempt_timeout(Duration::from_millis(200))
-        .build();
+    let (faulty, idempotency) = engine_with_faults(store.clone());
     let taken = unique_key("taken");
     let first = Operation::new(op_name("writes_first"), KeyStrategy::field("id"));
     idempotency
@@ -447,21 +441,30 @@ pub async fn refused_without_writes<S: IdempotencyStore + Clone + 'static>(store
     assert_eq!(store.get(&id).await.unwrap(), None, "the claim is released");
 }
 
-/// Through the engine, with the store behind the fault wrapper: an answer lost writes
-/// once; a completion that hangs past the lease's cutoff is an error, never a success, and
-/// writes nothing; a lease lost before the commit writes nothing; a refused write releases
-/// the claim; a store that refuses the transaction is an error.
-pub async fn engine_under_faults<S>(store: S, kit: &dyn WritesKit)
+/// A handle over `store` behind the fault wrapper, with a 2 s lease and 200 ms attempts.
+/// Its clock follows tokio's, so the lease's cutoff comes on a paused clock too.
+fn engine_with_faults<S>(store: S) -> (FaultyStore<S>, Idempotency)
 where
     S: IdempotencyStore + Clone + 'static,
 {
-    let faulty = FaultyStore::new(store.clone());
-    // The engine's clock follows tokio's, so the lease's cutoff comes on a paused clock too.
+    let faulty = FaultyStore::new(store);
     let idempotency = Idempotency::builder(faulty.clone())
         .clock(crate::clock::TestClock::new(now_ms()))
         .lease(Duration::from_secs(2))
         .store_attempt_timeout(Duration::from_millis(200))
         .build();
+    (faulty, idempotency)
+}
+
+/// Through the engine, with the store behind the fault wrapper: an answer lost writes
+/// once; a completion that hangs past the lease's cutoff is an error, never a success, and
+/// writes nothing; a lease lost before the commit writes nothing; a store that refuses the
+/// transaction is an error (refusals: [`a_refusal_is_the_answer`]).
+pub async fn engine_under_faults<S>(store: S, kit: &dyn WritesKit)
+where
+    S: IdempotencyStore + Clone + 'static,
+{
+    let (faulty, idempotency) = engine_with_faults(store.clone());
     let op = Operation::new(op_name("writes_faults"), KeyStrategy::field("id"));
     let run = |payload: serde_json::Value, writes: Vec<KitWrite>| {
         let (idempotency, op) = (&idempotency, &op);

@@ -1,9 +1,10 @@
 //! The one seam through which the engine reads the time, so lease and expiry cases can be
 //! tested deterministically.
 
+use std::fmt;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where the engine reads "now": the claim's condition time, lease ends, expirations and
 /// the retry cutoffs all come from here.
@@ -118,5 +119,57 @@ pub(crate) fn until(now: SystemTime, until: SystemTime) -> Duration {
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> SystemTime {
         (**self).now()
+    }
+}
+
+/// Epoch seconds, the unit of `expiration` (DynamoDB TTL reads seconds).
+pub fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Epoch milliseconds, the unit of `in_progress_expiration` (Powertools' choice).
+pub fn epoch_millis(t: SystemTime) -> u64 {
+    u64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The inverse of [`epoch_secs`].
+/// Values past the year 2500 are capped there, never a panic.
+pub fn from_epoch_secs(secs: u64) -> SystemTime {
+    add(UNIX_EPOCH, Duration::from_secs(secs))
+}
+
+/// The inverse of [`epoch_millis`].
+/// Values past the year 2500 are capped there, never a panic.
+pub fn from_epoch_millis(millis: u64) -> SystemTime {
+    add(UNIX_EPOCH, Duration::from_millis(millis))
+}
+
+/// A time as an RFC 3339 UTC timestamp to the millisecond (`2024-05-01T12:00:00.250Z`),
+/// for messages an operator reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utc(pub SystemTime);
+
+impl fmt::Display for Utc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = epoch_millis(self.0);
+        let (secs, millis) = (ms / 1000, ms % 1000);
+        let (days, day_secs) = (secs / 86_400, secs % 86_400);
+        // Howard Hinnant's civil_from_days, for days since 1970-01-01 (never negative).
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            day_secs / 3600,
+            day_secs / 60 % 60,
+            day_secs % 60
+        )
     }
 }

@@ -1,8 +1,8 @@
 //! The handle users keep, and its builder.
 
-use crate::cache::CompletedCache;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{self, Config};
+use crate::engine::cache::CompletedCache;
 use crate::engine::{Claimed, Engine, MIN_ATTEMPT_TIMEOUT};
 use crate::error::{Error, ExecuteError};
 use crate::invocation::{self, Invocation};
@@ -165,7 +165,7 @@ impl IdempotencyBuilder {
         if self.config.at_most_once
             && let Some(lease) = self.config.lease
         {
-            crate::lease::check_at_most_once_expiry(self.config.expires_after, lease)?;
+            crate::record::lease::check_at_most_once_expiry(self.config.expires_after, lease)?;
         }
         if self.config.disabled {
             warn!(

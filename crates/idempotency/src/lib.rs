@@ -71,8 +71,6 @@ struct StreamsDoctests;
 struct QuickstartDoctests;
 
 mod batch;
-mod cache;
-mod canonical;
 pub mod clock;
 mod config;
 mod engine;
@@ -85,7 +83,6 @@ mod in_progress;
 mod invocation;
 mod key;
 mod layer;
-mod lease;
 pub mod metrics;
 mod operation;
 mod outcome_unknown;

@@ -455,11 +455,11 @@ impl Outcome {
 /// expiry.
 pub(crate) const MAX_OPERATION_LEASE: Duration = Duration::from_secs(12 * 60 * 60);
 
-/// Refuses a lease shorter than [`MIN_LEASE`](crate::lease::MIN_LEASE), which the store's
+/// Refuses a lease shorter than [`MIN_LEASE`](crate::record::lease::MIN_LEASE), which the store's
 /// millisecond clock and the completion's margin leave no time to run in, or longer than
 /// [`MAX_OPERATION_LEASE`].
 pub(crate) fn check_lease(lease: Duration) -> Result<(), Error> {
-    if (crate::lease::MIN_LEASE..=MAX_OPERATION_LEASE).contains(&lease) {
+    if (crate::record::lease::MIN_LEASE..=MAX_OPERATION_LEASE).contains(&lease) {
         return Ok(());
     }
     Err(Error::InvalidName {

@@ -41,10 +41,10 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     data: Option<&str>,
 ) -> Result<T, crate::Error> {
     let Some(hook) = hook else {
-        return crate::engine::decode(id, data);
+        return crate::record::decode(id, data);
     };
     let replay = replay();
-    let stored: Value = crate::engine::decode(&replay.id, data)?;
+    let stored: Value = crate::record::decode(&replay.id, data)?;
     let answer = (hook.0)(stored, &replay);
     serde_json::from_value(answer).map_err(|source| crate::Error::ReplayAnswerIncompatible {
         key: replay.id.clone(),

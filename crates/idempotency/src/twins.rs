@@ -8,11 +8,12 @@
 //! in another invocation, meet in the store as any two workers do.
 
 use crate::batch::FailureKind;
-use crate::engine::decode;
 use crate::error::{Error, ExecuteError, report};
 use crate::invocation::Invocation;
 use crate::operation::Outcome;
-use crate::{lease, record_scope};
+use crate::record::decode;
+use crate::record::lease;
+use crate::record_scope;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -55,7 +56,7 @@ impl Settled {
             Err(ExecuteError::Idempotency(e)) => Settled::Failed {
                 reason: report(e).into(),
                 retryable: e.is_retryable(),
-                kind: crate::batch::kind_of(e),
+                kind: e.failure_kind(),
             },
             Err(ExecuteError::Function(_)) => return None,
         })

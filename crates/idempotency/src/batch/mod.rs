@@ -34,11 +34,9 @@ pub use report::{
 };
 pub use sqs::SqsBatch;
 
-pub(crate) use record::kind_of;
-
 use crate::error::BoxError;
 use crate::invocation::{self, Invocation};
-use crate::lease;
+use crate::record::lease;
 use futures_util::StreamExt;
 use record::{BatchRecord, GroupRule};
 use settings::Settings;

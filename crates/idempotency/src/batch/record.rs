@@ -211,7 +211,7 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
             return FailureKind::Permanent;
         }
         if let Some(e) = e.downcast_ref::<Error>() {
-            return kind_of(e);
+            return e.failure_kind();
         }
         if e.is::<InvalidBody>() {
             return FailureKind::MalformedBody;
@@ -225,16 +225,6 @@ fn failure_kind(error: &(dyn std::error::Error + 'static)) -> FailureKind {
         };
     }
     FailureKind::Error
-}
-
-/// The kind of a failure with the library's own error: a twin's is its sibling's.
-pub(crate) fn kind_of(e: &Error) -> FailureKind {
-    match e {
-        Error::AlreadyInProgress { .. } => FailureKind::InProgress,
-        Error::TwinFailed { kind, .. } => *kind,
-        e if e.is_permanent() => FailureKind::Rejected,
-        _ => FailureKind::Error,
-    }
 }
 
 pub(super) fn unfinished<T>(item_id: Option<String>) -> RecordReport<T> {

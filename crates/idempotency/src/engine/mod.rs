@@ -2,21 +2,22 @@
 //! (the store, the settings, the clock, the cache); [`Idempotency`](crate::Idempotency)
 //! is its public face.
 
+pub(crate) mod cache;
 mod retry;
 
 pub(crate) use retry::MIN_ATTEMPT_TIMEOUT;
 
-use crate::cache::{Cached, CompletedCache};
 use crate::clock::{self, Clock};
 use crate::config::Config;
 use crate::error::{Error, ExecuteError};
 use crate::invocation::Invocation;
-use crate::lease;
 use crate::operation::{Operation, Outcome};
+use crate::record::lease;
 use crate::record::{Claim, Record, Status, new_lease_token};
 use crate::replay::{self, Replay, ReplayHook};
 use crate::store::{ClaimOutcome, IdempotencyStore};
 use crate::writes::Writes;
+use cache::{Cached, CompletedCache};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -486,25 +487,5 @@ pub(crate) fn check_validation(
             Err(Error::PayloadMismatch { key: id.to_owned() })
         }
         _ => Ok(()),
-    }
-}
-
-pub(crate) fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
-    if let Some(reason) = data.and_then(crate::record::refusal_in) {
-        return Err(Error::WritesRefused {
-            key: id.to_owned(),
-            reason: reason.to_owned(),
-            retryable: false,
-        });
-    }
-    match data {
-        Some(data) => {
-            serde_json::from_str(data).map_err(|source| Error::StoredResultIncompatible {
-                key: id.to_owned(),
-                source,
-            })
-        }
-        // Completed without data: the result was too large to store.
-        None => Err(Error::ResultNotStored { key: id.to_owned() }),
     }
 }

@@ -284,7 +284,7 @@ impl IdempotencyKeyLayerBuilder {
         if (operation.at_most_once || self.idempotency.is_at_most_once())
             && let Some(lease) = operation.lease.or(self.idempotency.engine.config.lease)
         {
-            crate::lease::check_at_most_once_expiry(
+            crate::record::lease::check_at_most_once_expiry(
                 self.idempotency.engine.config.expires_after,
                 lease,
             )?;

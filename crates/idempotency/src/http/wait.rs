@@ -3,12 +3,13 @@
 
 use super::stored::StoredResponse;
 use crate::clock;
-use crate::engine::{check_validation, decode};
+use crate::engine::check_validation;
 use crate::error::Error;
 use crate::handle::Idempotency;
 use crate::key::validation_hash;
 use crate::operation::Operation;
 use crate::record::Status;
+use crate::record::decode;
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
 use tracing::debug;

@@ -162,7 +162,7 @@ impl RedisStore {
 
 /// When Redis may delete the key: the lease module's rule, with [`KEY_GRACE`].
 fn key_expiry_ms(expiration: SystemTime, lease_until: Option<SystemTime>) -> u64 {
-    crate::lease::key_expiry_ms(expiration, lease_until, KEY_GRACE)
+    crate::record::lease::key_expiry_ms(expiration, lease_until, KEY_GRACE)
 }
 
 #[cfg(test)]

@@ -18,8 +18,9 @@
 //! [`SqsBatch::deadline_margin`]: crate::SqsBatch::deadline_margin
 
 use crate::clock;
+use crate::clock::{epoch_millis, epoch_secs};
 use crate::error::Error;
-use crate::record::{Claim, Status, epoch_millis, epoch_secs};
+use crate::record::{Claim, Status};
 use std::time::{Duration, SystemTime};
 
 /// The lease when neither an override nor a Lambda deadline is known: Lambda's longest

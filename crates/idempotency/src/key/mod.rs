@@ -8,8 +8,10 @@
 //! trace ids) out of the subset: if they differ between the original and the retry the
 //! hashes differ and deduplication silently does nothing.
 
-use crate::canonical::write_canonical;
+mod canonical;
+
 use crate::error::{BoxError, Error};
+use canonical::write_canonical;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -357,7 +359,7 @@ fn key_from(value: Option<&Value>, named: &str) -> Result<String, Error> {
             field: named.to_owned(),
         }),
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Ok(crate::canonical::to_canonical_string(other)),
+        Some(other) => Ok(canonical::to_canonical_string(other)),
     }
 }
 
@@ -546,7 +548,7 @@ mod tests {
                 Value::Object(subset(&p, &fields).0)
             };
             assert_eq!(
-                crate::canonical::to_canonical_string(&hashed),
+                canonical::to_canonical_string(&hashed),
                 canonical,
                 "{payload}"
             );

@@ -1,9 +1,15 @@
 //! The idempotency record and the one place where time becomes numbers.
 
+pub(crate) mod lease;
+
+pub use crate::clock::{Utc, epoch_millis, epoch_secs, from_epoch_millis, from_epoch_secs};
+
+use crate::error::Error;
+use serde::de::DeserializeOwned;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// The state of an idempotency record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,7 +141,7 @@ impl Record {
     /// - an in-progress record without a lease (Powertools writes those outside Lambda) is
     ///   held until it expires.
     pub fn is_claimable_at(&self, now: SystemTime) -> bool {
-        crate::lease::is_claimable(
+        crate::record::lease::is_claimable(
             self.status,
             self.expiration,
             self.in_progress_expiration,
@@ -174,7 +180,7 @@ impl Record {
     /// expired: its worker crashed or timed out, and whether its run took effect is
     /// unknown. A claim takes it over, unless it is [at-most-once](Claim::at_most_once).
     pub fn is_abandoned_at(&self, now: SystemTime) -> bool {
-        crate::lease::is_abandoned(
+        crate::record::lease::is_abandoned(
             self.status,
             self.expiration,
             self.in_progress_expiration,
@@ -262,58 +268,6 @@ impl Claim {
     }
 }
 
-/// Epoch seconds, the unit of `expiration` (DynamoDB TTL reads seconds).
-pub fn epoch_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
-}
-
-/// Epoch milliseconds, the unit of `in_progress_expiration` (Powertools' choice).
-pub fn epoch_millis(t: SystemTime) -> u64 {
-    u64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The inverse of [`epoch_secs`].
-/// Values past the year 2500 are capped there, never a panic.
-pub fn from_epoch_secs(secs: u64) -> SystemTime {
-    crate::clock::add(UNIX_EPOCH, Duration::from_secs(secs))
-}
-
-/// The inverse of [`epoch_millis`].
-/// Values past the year 2500 are capped there, never a panic.
-pub fn from_epoch_millis(millis: u64) -> SystemTime {
-    crate::clock::add(UNIX_EPOCH, Duration::from_millis(millis))
-}
-
-/// A time as an RFC 3339 UTC timestamp to the millisecond (`2024-05-01T12:00:00.250Z`),
-/// for messages an operator reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Utc(pub SystemTime);
-
-impl fmt::Display for Utc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = epoch_millis(self.0);
-        let (secs, millis) = (ms / 1000, ms % 1000);
-        let (days, day_secs) = (secs / 86_400, secs % 86_400);
-        // Howard Hinnant's civil_from_days, for days since 1970-01-01 (never negative).
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + u64::from(month <= 2);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-            day_secs / 3600,
-            day_secs / 60 % 60,
-            day_secs % 60
-        )
-    }
-}
-
 /// The length of every lease token [`new_lease_token`] makes.
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) const LEASE_TOKEN_LEN: usize = 40;
@@ -347,6 +301,28 @@ fn lease_token(random: u64, process: u64, counter: u32) -> String {
         }
     }
     token
+}
+
+/// The stored `data` of the record `id` as `T`: a kept refusal is its `WritesRefused`,
+/// no data a result too large to store.
+pub(crate) fn decode<T: DeserializeOwned>(id: &str, data: Option<&str>) -> Result<T, Error> {
+    if let Some(reason) = data.and_then(refusal_in) {
+        return Err(Error::WritesRefused {
+            key: id.to_owned(),
+            reason: reason.to_owned(),
+            retryable: false,
+        });
+    }
+    match data {
+        Some(data) => {
+            serde_json::from_str(data).map_err(|source| Error::StoredResultIncompatible {
+                key: id.to_owned(),
+                source,
+            })
+        }
+        // Completed without data: the result was too large to store.
+        None => Err(Error::ResultNotStored { key: id.to_owned() }),
+    }
 }
 
 #[cfg(test)]

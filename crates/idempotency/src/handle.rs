@@ -465,8 +465,16 @@ impl Idempotency {
             {
                 // A key in progress: the operation's answer, outside a batch, if it has one.
                 Err(ExecuteError::Idempotency(e)) => {
-                    crate::in_progress::answer(op.when_in_progress.as_ref(), e)
-                        .map_err(ExecuteError::Idempotency)
+                    // A batch record is told apart by its record scope, which only the batch
+                    // sets around each record's handler; twins' registry is no sign (the
+                    // HTTP layer sets one too).
+                    let in_batch_record = crate::record_scope::current().is_some();
+                    crate::operation::in_progress::answer(
+                        op.when_in_progress.as_ref(),
+                        e,
+                        in_batch_record,
+                    )
+                    .map_err(ExecuteError::Idempotency)
                 }
                 Err(e) => Err(e),
                 Ok(Claimed::Stored(value)) => Ok((value, Outcome::Replayed)),

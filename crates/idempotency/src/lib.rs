@@ -79,7 +79,6 @@ mod handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod in_progress;
 mod invocation;
 mod key;
 mod layer;
@@ -89,7 +88,6 @@ mod outcome_unknown;
 mod record;
 mod record_scope;
 mod records;
-mod replay;
 #[cfg(feature = "http")]
 mod spawn;
 pub mod store;
@@ -109,16 +107,16 @@ pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
-pub use in_progress::InProgress;
 pub use invocation::{current_deadline, current_tenant, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lambda_idempotency_macros::idempotent;
 pub use layer::{IdempotentLayer, IdempotentService};
+pub use operation::in_progress::InProgress;
+pub use operation::replay::Replay;
 pub use operation::{Operation, Outcome};
 pub use outcome_unknown::OutcomeUnknown;
-pub use replay::Replay;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;

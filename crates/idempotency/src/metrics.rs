@@ -304,23 +304,23 @@ pub(crate) fn outcome_label<T, E>(
 ) -> &'static str {
     match result {
         Ok((_, outcome)) => outcome.as_str(),
-        Err(crate::ExecuteError::Idempotency(e)) => error_label(e),
-        Err(crate::ExecuteError::Function(_)) => "failed",
+        Err(crate::error::ExecuteError::Idempotency(e)) => error_label(e),
+        Err(crate::error::ExecuteError::Function(_)) => "failed",
     }
 }
 
 /// The `outcome` label of the library's own error.
-pub(crate) fn error_label(e: &crate::Error) -> &'static str {
+pub(crate) fn error_label(e: &crate::error::Error) -> &'static str {
     match e {
         // An in-progress answer that failed still leaves the call unanswered, in progress.
-        crate::Error::AlreadyInProgress { .. }
-        | crate::Error::InProgressAnswerIncompatible { .. } => "in_progress",
-        crate::Error::ClaimAbandoned { .. } => "claim_abandoned",
+        crate::error::Error::AlreadyInProgress { .. }
+        | crate::error::Error::InProgressAnswerIncompatible { .. } => "in_progress",
+        crate::error::Error::ClaimAbandoned { .. } => "claim_abandoned",
         // A hook's answer that does not fit: refused, as a permanent failure is.
-        crate::Error::ReplayAnswerIncompatible { .. } => "rejected",
+        crate::error::Error::ReplayAnswerIncompatible { .. } => "rejected",
         e if e.is_permanent() => "rejected",
-        crate::Error::LeaseLost { .. } => "lease_lost",
-        crate::Error::TwinFailed { .. } => "failed",
+        crate::error::Error::LeaseLost { .. } => "lease_lost",
+        crate::error::Error::TwinFailed { .. } => "failed",
         _ => "store_error",
     }
 }

@@ -10,7 +10,7 @@
 use crate::batch::FailureKind;
 use crate::error::{Error, ExecuteError, report};
 use crate::invocation::Invocation;
-use crate::operation::Outcome;
+use crate::operation::outcome::Outcome;
 use crate::record::decode;
 use crate::record::lease;
 use crate::record_scope;

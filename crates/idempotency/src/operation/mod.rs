@@ -1,5 +1,11 @@
-//! An idempotent operation (its key, the fields a duplicate must match, the stored id's
-//! prefix), and how a call was answered.
+//! An idempotent operation: its key, the fields a duplicate must match, the stored id's
+//! prefix, and its hooks (the replay hook, the in-progress answer).
+
+pub(crate) mod in_progress;
+pub(crate) mod outcome;
+pub(crate) mod replay;
+
+pub use outcome::Outcome;
 
 use crate::error::Error;
 use crate::key::KeyStrategy;
@@ -49,10 +55,10 @@ pub struct Operation {
     /// This operation's lease, in place of the handle's; see [`lease`](Self::lease).
     pub(crate) lease: Option<Duration>,
     /// What a replay returns, changed (see [`on_replay`](Self::on_replay)).
-    pub(crate) on_replay: Option<crate::replay::ReplayHook>,
+    pub(crate) on_replay: Option<replay::ReplayHook>,
     /// What a direct call returns for a key in progress (see
     /// [`when_in_progress`](Self::when_in_progress)).
-    pub(crate) when_in_progress: Option<crate::in_progress::InProgressAnswer>,
+    pub(crate) when_in_progress: Option<in_progress::InProgressAnswer>,
     /// Writes refused by their own condition release the claim instead of being kept
     /// (see [`refused_writes_retryable`](Self::refused_writes_retryable)).
     pub(crate) refused_writes_retryable: bool,
@@ -286,7 +292,7 @@ impl Operation {
         mut self,
         hook: impl Fn(Value, &crate::Replay) -> Value + Send + Sync + 'static,
     ) -> Self {
-        self.on_replay = Some(crate::replay::ReplayHook(std::sync::Arc::new(hook)));
+        self.on_replay = Some(replay::ReplayHook(std::sync::Arc::new(hook)));
         self
     }
 
@@ -330,9 +336,7 @@ impl Operation {
         mut self,
         answer: impl Fn(&crate::InProgress) -> Option<Value> + Send + Sync + 'static,
     ) -> Self {
-        self.when_in_progress = Some(crate::in_progress::InProgressAnswer(std::sync::Arc::new(
-            answer,
-        )));
+        self.when_in_progress = Some(in_progress::InProgressAnswer(std::sync::Arc::new(answer)));
         self
     }
 
@@ -395,59 +399,6 @@ fn push_tenant(id: &mut String, tenant: &str) {
 /// Refuses a function name that holds a separator of the stored id (or is empty).
 pub(crate) fn check_function_name(name: &str) -> Result<(), Error> {
     check_name("function name", name, &[FUNCTION_END, PREFIX_END])
-}
-
-/// How a call was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The key was free: the function ran and its result was stored.
-    Executed,
-    /// An expired record or a crashed worker's lease was taken over: the function ran.
-    TookOver,
-    /// The function ran but its result could not be stored before the lease ended. The
-    /// record stays in progress and can be taken over after the lease.
-    ExecutedUnstored,
-    /// The stored result of an earlier call was returned; the function did not run.
-    Replayed,
-    /// Like `Replayed`, from the local cache, with no store request.
-    ReplayedFromCache,
-    /// A twin of this call (the same stored id) was running in the same batch invocation,
-    /// such as a producer's re-send in one SQS batch with the original: this call waited
-    /// for it and returned its result, with no store request; the function did not run
-    /// again.
-    Joined,
-    /// The key was in progress in another call and the operation's
-    /// [`when_in_progress`](Operation::when_in_progress) answered instead of
-    /// [`Error::AlreadyInProgress`]; the function did not run. Never in a batch.
-    InProgressAnswered,
-    /// Idempotency is disabled: the function ran unprotected.
-    Disabled,
-}
-
-impl Outcome {
-    /// The outcome's name, as the `outcome` label of [`metrics::OUTCOMES`](crate::metrics::OUTCOMES)
-    /// carries it: to tell a replay from a fresh execution in your own metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Executed => "executed",
-            Outcome::TookOver => "took_over",
-            Outcome::ExecutedUnstored => "executed_unstored",
-            Outcome::Replayed => "replayed",
-            Outcome::ReplayedFromCache => "replayed_from_cache",
-            Outcome::Joined => "joined",
-            Outcome::InProgressAnswered => "in_progress_answered",
-            Outcome::Disabled => "disabled",
-        }
-    }
-
-    /// Whether the function ran in this call.
-    pub fn ran(self) -> bool {
-        matches!(
-            self,
-            Outcome::Executed | Outcome::TookOver | Outcome::ExecutedUnstored | Outcome::Disabled
-        )
-    }
 }
 
 /// The longest lease an operation may set: SQS's longest visibility timeout. A claim

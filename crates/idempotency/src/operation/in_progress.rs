@@ -3,7 +3,7 @@
 //! batch, whose record in progress must come again rather than be acknowledged unrun.
 
 use crate::error::Error;
-use crate::operation::Outcome;
+use crate::operation::outcome::Outcome;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt;
@@ -37,13 +37,11 @@ impl fmt::Debug for InProgressAnswer {
 }
 
 /// `error` itself, or, when it is a key in progress, `answer` is set and the call is no
-/// batch record's, the answer as `T`.
-///
-/// A batch record is told apart by its record scope, which only the batch sets around
-/// each record's handler; twins' registry is no sign (the HTTP layer sets one too).
+/// batch record's (`in_batch_record` false), the answer as `T`.
 pub(crate) fn answer<T: DeserializeOwned>(
     answer: Option<&InProgressAnswer>,
     error: Error,
+    in_batch_record: bool,
 ) -> Result<(T, Outcome), Error> {
     let (
         Some(answer),
@@ -56,7 +54,7 @@ pub(crate) fn answer<T: DeserializeOwned>(
     else {
         return Err(error);
     };
-    if crate::record_scope::current().is_some() {
+    if in_batch_record {
         return Err(error);
     }
     let in_progress = InProgress {

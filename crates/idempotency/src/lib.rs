@@ -92,7 +92,6 @@ mod records;
 mod spawn;
 pub mod store;
 mod twins;
-mod writes;
 
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
@@ -127,4 +126,4 @@ pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use store::redis::RedisStore;
-pub use writes::WithWrites;
+pub use store::writes::WithWrites;

@@ -4,7 +4,7 @@ use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
 use crate::operation::{Operation, Outcome};
-use crate::writes::{StoreWrites, WithWrites, Writes};
+use crate::store::writes::{StoreWrites, WithWrites, Writes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -300,7 +300,7 @@ impl Drop for Unfinished<'_> {
 
 /// The `outcome` label of a call's result.
 pub(crate) fn outcome_label<T, E>(
-    result: &Result<(T, crate::Outcome), crate::ExecuteError<E>>,
+    result: &Result<(T, crate::operation::outcome::Outcome), crate::error::ExecuteError<E>>,
 ) -> &'static str {
     match result {
         Ok((_, outcome)) => outcome.as_str(),

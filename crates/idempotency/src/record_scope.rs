@@ -5,7 +5,7 @@
 //! attempt (a stream record that waited out another worker's lease and then ran counts as
 //! what it finally was, never also as `in_progress`).
 
-use crate::batch::FailureKind;
+use crate::error::FailureKind;
 use crate::metrics::OutcomeKeys;
 use crate::twins::{Running, Settled};
 use std::future::Future;

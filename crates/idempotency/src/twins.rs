@@ -7,7 +7,7 @@
 //! The batch scopes the registry to its invocation ([`scope`]): calls outside a batch, or
 //! in another invocation, meet in the store as any two workers do.
 
-use crate::batch::FailureKind;
+use crate::error::FailureKind;
 use crate::error::{Error, ExecuteError, report};
 use crate::invocation::Invocation;
 use crate::operation::outcome::Outcome;

@@ -11,7 +11,9 @@
 //! evaluates conditions atomically.
 
 use crate::error::Error;
-pub use crate::writes::{StoreWrites, Writes};
+pub(crate) mod writes;
+
+pub use writes::{StoreWrites, Writes};
 
 pub use crate::record::{
     Claim, Record, Status, UnknownStatus, Utc, epoch_millis, epoch_secs, from_epoch_millis,

@@ -11,8 +11,8 @@ use crate::operation::{Operation, Outcome};
 use crate::record::Status;
 use crate::store::faulty::{Fault, FaultyStore};
 use crate::store::memory::MemoryWrites;
+use crate::store::writes::WithWrites;
 use crate::store::{BoxFuture, IdempotencyStore, StoreOp, Writes};
-use crate::writes::WithWrites;
 use serde_json::json;
 use std::time::Duration;
 

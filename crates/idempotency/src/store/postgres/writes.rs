@@ -1,7 +1,7 @@
 //! [`PostgresWrites`]: the function's own statements, run in the transaction that completes
 //! its record ([`IdempotencyStore::complete_with`](crate::store::IdempotencyStore::complete_with)).
 
-use crate::writes::StoreWrites;
+use crate::store::writes::StoreWrites;
 use std::fmt;
 use tokio_postgres::types::ToSql;
 

@@ -1,8 +1,8 @@
 //! Middleware that makes a whole Lambda handler idempotent, keyed on its event.
 
+use crate::context::{CallContext, WithCallContext, invocation};
 use crate::error::ExecuteError;
 use crate::handle::Idempotency;
-use crate::invocation;
 use crate::operation::Operation;
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{Error as LambdaError, LambdaEvent};
@@ -128,12 +128,11 @@ where
             let deadline = invocation::context_deadline_at(&event.context, idempotency.now());
             let tenant = invocation::context_tenant(&event.context);
             let run = || async move { inner.call(event).await.map_err(Into::into) };
-            let run = invocation::with_deadline(
-                deadline,
-                idempotency.execute_inner(&operation, &payload, deadline, run),
-            );
-            let run = invocation::within_tenant(tenant, run);
-            match run.await {
+            let cx = CallContext::current()
+                .with_tenant(tenant)
+                .with_deadline(deadline);
+            let run = idempotency.execute_inner(&operation, &payload, deadline, run);
+            match run.with_call_context(cx).await {
                 Ok((response, _)) => Ok(response),
                 Err(ExecuteError::Function(e)) => Err(e),
                 Err(ExecuteError::Idempotency(e)) => {

@@ -73,25 +73,20 @@ struct QuickstartDoctests;
 mod batch;
 pub mod clock;
 mod config;
+mod context;
 mod engine;
 mod error;
 mod handle;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod invocation;
 mod key;
 mod layer;
 pub mod metrics;
 mod operation;
-mod outcome_unknown;
 mod record;
-mod record_scope;
 mod records;
-#[cfg(feature = "http")]
-mod spawn;
 pub mod store;
-mod twins;
 
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
@@ -104,9 +99,10 @@ pub use batch::{
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
+pub use context::outcome_unknown::OutcomeUnknown;
+pub use context::{current_deadline, current_tenant, with_context, with_deadline};
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
-pub use invocation::{current_deadline, current_tenant, with_context, with_deadline};
 pub use key::KeyStrategy;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
@@ -115,7 +111,6 @@ pub use layer::{IdempotentLayer, IdempotentService};
 pub use operation::in_progress::InProgress;
 pub use operation::replay::Replay;
 pub use operation::{Operation, Outcome};
-pub use outcome_unknown::OutcomeUnknown;
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use store::dynamodb::DynamoDbStore;

@@ -1,5 +1,6 @@
 //! What `#[idempotent]` expands to calls. Not a stable API: use the macro, not these.
 
+use crate::context::{CallContext, WithCallContext};
 use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
@@ -24,8 +25,8 @@ pub struct ContextCall {
 /// The deadline and the tenant of `context`.
 pub fn context_call(context: &Context) -> ContextCall {
     ContextCall {
-        deadline: crate::invocation::context_deadline(context),
-        tenant: crate::invocation::context_tenant(context),
+        deadline: crate::context::invocation::context_deadline(context),
+        tenant: crate::context::invocation::context_tenant(context),
     }
 }
 
@@ -139,7 +140,8 @@ where
         handle.execute_observed(operation, &payload, context.deadline, true, || async move {
             body().await.into_answer()
         });
-    crate::invocation::within_tenant(context.tenant, call)
+    let cx = CallContext::current().with_tenant(context.tenant);
+    call.with_call_context(cx)
         .await
         .map(|(value, outcome)| (R::returned(value), outcome))
         .map_err(ExecuteError::into_inner)

@@ -34,8 +34,10 @@ pub use report::{
 };
 pub use sqs::SqsBatch;
 
+use crate::context::invocation::Invocation;
+use crate::context::twins::InFlight;
+use crate::context::{CallContext, WithCallContext};
 use crate::error::BoxError;
-use crate::invocation::{self, Invocation};
 use crate::record::lease;
 use futures_util::StreamExt;
 use record::{BatchRecord, GroupRule};
@@ -83,7 +85,10 @@ where
         deadline,
         answer_by: lease::answer_by(deadline, settings.deadline_margin),
     });
-    let work = invocation::within(invocation, crate::twins::scope(work));
+    let cx = CallContext::current()
+        .with_invocation(invocation)
+        .with_twins(std::sync::Arc::new(InFlight::for_batch()));
+    let work = work.with_call_context(cx);
     match invocation {
         Some(invocation) => {
             let left = crate::clock::until(settings.clock.now(), invocation.answer_by);

@@ -3,8 +3,9 @@
 
 use super::report::{FailureKind, InvalidBody, PermanentError, RecordFailure, RecordReport};
 use crate::clock::Clock;
+use crate::context::record_scope::RecordScope;
+use crate::context::{CallContext, WithCallContext};
 use crate::error::{BoxError, Error, report};
-use crate::record_scope::{self, RecordScope};
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use std::future::Future;
@@ -134,7 +135,7 @@ fn wait_for(failure: &RecordFailure, time_to_run: Duration, clock: &dyn Clock) -
         layer = e.source();
     };
     let claimable = crate::clock::add(lease_expires, Duration::from_millis(1));
-    let answer_by = crate::invocation::current()?.answer_by;
+    let answer_by = CallContext::read(|cx| cx.invocation)?.answer_by;
     // Checked: a `time_to_run` of `Duration::MAX` never fits, and never overflows.
     let fits = claimable
         .checked_add(time_to_run)
@@ -154,7 +155,8 @@ where
     E: Into<BoxError>,
 {
     let scope = Arc::new(RecordScope::default());
-    let attempt = record_scope::within(scope.clone(), async move { handler(record).await });
+    let cx = CallContext::current().with_record(scope.clone());
+    let attempt = async move { handler(record).await }.with_call_context(cx);
     let result = classify(AssertUnwindSafe(attempt).catch_unwind().await);
     scope.settle_failures(result.as_ref().err().map(|f| f.kind));
     (result, scope)

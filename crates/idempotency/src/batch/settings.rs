@@ -211,11 +211,12 @@ macro_rules! batch_entry_points {
                 E: Into<crate::BoxError>,
             {
                 let now = self.settings.clock.now();
-                let deadline = crate::invocation::context_deadline_at(&event.context, now);
+                let deadline = crate::context::invocation::context_deadline_at(&event.context, now);
                 // The tenant keys every record's ids; a nested `with_deadline` keeps it.
-                let tenant = crate::invocation::context_tenant(&event.context);
+                let tenant = crate::context::invocation::context_tenant(&event.context);
                 let records = self.report_records(event.payload.records, deadline, handler);
-                crate::invocation::within_tenant(tenant, records).await
+                let cx = crate::context::CallContext::current().with_tenant(tenant);
+                crate::context::WithCallContext::with_call_context(records, cx).await
             }
         }
     };

@@ -9,8 +9,8 @@ pub(crate) use retry::MIN_ATTEMPT_TIMEOUT;
 
 use crate::clock::{self, Clock};
 use crate::config::Config;
+use crate::context::invocation::Invocation;
 use crate::error::{Error, ExecuteError};
-use crate::invocation::Invocation;
 use crate::operation::replay::{self, Replay, ReplayHook};
 use crate::operation::{Operation, Outcome};
 use crate::record::lease;

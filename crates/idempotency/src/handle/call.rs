@@ -2,14 +2,13 @@
 //! completion or release, its span and its counted outcome.
 
 use super::Idempotency;
+use crate::context::twins::Entered;
+use crate::context::{CallContext, WithCallContext, mark_outcome_unknown};
 use crate::engine::Claimed;
 use crate::error::{Error, ExecuteError};
-use crate::invocation::{self, Invocation};
 use crate::key::validation_hash;
 use crate::operation::{Operation, Outcome};
-use crate::outcome_unknown;
 use crate::store::writes::Writes;
-use crate::twins::{self, Entered};
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,7 +17,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 use tracing::{Instrument, info_span, warn};
 
@@ -80,11 +79,13 @@ impl Idempotency {
         // No subscriber wants the span: entering it on every poll would cost more than
         // the call's own work on a replay.
         let unobserved = unobserved(&span);
+        // What the call inherits, read once.
+        let cx = CallContext::current();
         let result = if unobserved {
-            self.execute_uncounted(op, payload, deadline, &span, f)
+            self.execute_uncounted(&cx, op, payload, deadline, &span, f)
                 .await
         } else {
-            self.execute_uncounted(op, payload, deadline, &span, f)
+            self.execute_uncounted(&cx, op, payload, deadline, &span, f)
                 .instrument(span.clone())
                 .await
         };
@@ -94,13 +95,14 @@ impl Idempotency {
             span.record("outcome", outcome);
         }
         if counted {
-            crate::record_scope::count_outcome(&keys, outcome);
+            crate::context::record_scope::count_outcome(cx.record.as_deref(), &keys, outcome);
         }
         result
     }
 
     async fn execute_uncounted<T, E, F, Fut>(
         &self,
+        cx: &CallContext,
         op: &Operation,
         payload: &Value,
         deadline: Option<SystemTime>,
@@ -129,9 +131,12 @@ impl Idempotency {
             };
         }
         let id = self
-            .idempotency_id(op, payload)
+            .stored_id(op, cx.tenant.as_deref(), payload)
             .map_err(ExecuteError::Idempotency)?;
-        let invocation = invocation_of(deadline);
+        // The enclosing invocation, with `deadline` (if given) in place of its deadline.
+        let invocation = deadline
+            .map(|deadline| cx.invocation_until(deadline))
+            .or(cx.invocation);
         if !unobserved(span) {
             span.record("key", id.as_str());
         }
@@ -141,23 +146,26 @@ impl Idempotency {
                 .as_deref()
                 .map(|fields| validation_hash(payload, fields));
             // Within a batch invocation, a twin of a running call waits for it.
-            let in_flight = twins::current();
+            let in_flight = cx.twins.as_ref();
+            let record = cx.record.as_deref();
             let handle = Arc::as_ptr(&self.engine) as usize;
             let running = loop {
-                let Some(in_flight) = &in_flight else {
+                let Some(in_flight) = in_flight else {
                     break None;
                 };
-                if twins::encloses(handle, &id) {
+                if cx.encloses(handle, &id) {
                     // Nested in the call with its own id: the store answers (in progress).
                     break None;
                 }
-                match in_flight.enter(handle, &id, validation.as_deref()) {
+                match in_flight.enter(handle, &id, validation.as_deref(), record) {
                     Entered::First(running) => break Some(running),
                     // Another payload under the key: the store judges it against the
                     // record, never against a sibling that may itself be the stray one.
                     Entered::Twin(twin) if twin.validation != validation => break None,
                     Entered::Twin(twin) => {
-                        if let Some(answer) = self.join_twin(&id, twin, invocation).await {
+                        let clock = self.engine.clock.as_ref();
+                        let joined = twin.join(&id, invocation, cx.wait_until, clock);
+                        if let Some(answer) = joined.await {
                             return answer;
                         }
                     }
@@ -174,7 +182,7 @@ impl Idempotency {
                     // A batch record is told apart by its record scope, which only the batch
                     // sets around each record's handler; twins' registry is no sign (the
                     // HTTP layer sets one too).
-                    let in_batch_record = crate::record_scope::current().is_some();
+                    let in_batch_record = record.is_some();
                     crate::operation::in_progress::answer(
                         op.when_in_progress.as_ref(),
                         e,
@@ -190,15 +198,11 @@ impl Idempotency {
                     cutoff,
                     took_over,
                 }) => {
-                    let call = async {
-                        match &running {
-                            Some(_) => twins::enclosed_by(handle, &id, f()).await,
-                            None => f().await,
-                        }
-                    };
-                    // Whether the function said its outcome is unknown (`OutcomeUnknown`).
-                    let unknown = Arc::new(AtomicBool::new(false));
-                    let call = outcome_unknown::within(unknown.clone(), call);
+                    // The function's own context: enclosed by this call (when twins may
+                    // meet it), and marked when it says its outcome is unknown
+                    // (`OutcomeUnknown`).
+                    let (function_cx, unknown) = cx.for_function(handle, &id, running.is_some());
+                    let call = async { f().await }.with_call_context(function_cx);
                     // A function that panics releases its claim, as one that fails does,
                     // and the panic goes on: the next delivery runs again at once instead
                     // of waiting for the lease.
@@ -209,7 +213,7 @@ impl Idempotency {
                                 self.engine.keep(&claim, "the function panicked");
                                 // As on an error: an enclosing call's effect includes
                                 // this one's.
-                                outcome_unknown::mark();
+                                mark_outcome_unknown();
                             } else {
                                 self.engine.release_after_panic(&claim, cutoff).await;
                             }
@@ -222,7 +226,7 @@ impl Idempotency {
                         // too: its effect includes this one's.
                         Err(err) if unknown.load(Ordering::SeqCst) => {
                             self.engine.keep(&claim, &err.to_string());
-                            outcome_unknown::mark();
+                            mark_outcome_unknown();
                             Err(ExecuteError::Function(err))
                         }
                         result => {
@@ -235,7 +239,7 @@ impl Idempotency {
                 }
             };
             if let Some(running) = running {
-                running.end(&result);
+                running.end(&result, record);
             }
             result
         }
@@ -248,17 +252,4 @@ impl Idempotency {
 /// exit to `log`, as it did before this check existed.
 fn unobserved(span: &tracing::Span) -> bool {
     span.is_disabled() && tracing::dispatcher::has_been_set()
-}
-
-/// The invocation a call runs in: the enclosing one, with `deadline` (if given) in
-/// place of its deadline.
-fn invocation_of(deadline: Option<SystemTime>) -> Option<Invocation> {
-    let enclosing = invocation::current();
-    match deadline {
-        Some(deadline) => Some(Invocation {
-            deadline,
-            answer_by: enclosing.map_or(deadline, |i| i.answer_by.min(deadline)),
-        }),
-        None => enclosing,
-    }
 }

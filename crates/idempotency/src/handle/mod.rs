@@ -10,7 +10,6 @@ use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, ExecuteError};
-use crate::invocation;
 use crate::operation::{Operation, Outcome};
 use crate::store::IdempotencyStore;
 use crate::store::writes::{StoreWrites, WithWrites, Writes};
@@ -99,12 +98,18 @@ impl Idempotency {
     /// a layer), the tenant percent-encoded. The tenant counts against the store's longest
     /// id like the rest.
     pub fn idempotency_id(&self, op: &Operation, payload: &Value) -> Result<String, Error> {
-        let tenant = invocation::current_tenant();
-        let id = op.stored_id(
-            &self.engine.config.function_name,
-            tenant.as_deref(),
-            payload,
-        )?;
+        let tenant = crate::context::current_tenant();
+        self.stored_id(op, tenant.as_deref(), payload)
+    }
+
+    /// [`idempotency_id`](Self::idempotency_id) within `tenant`.
+    pub(crate) fn stored_id(
+        &self,
+        op: &Operation,
+        tenant: Option<&str>,
+        payload: &Value,
+    ) -> Result<String, Error> {
+        let id = op.stored_id(&self.engine.config.function_name, tenant, payload)?;
         let max = self.engine.store.limits().max_id_bytes;
         if id.len() > max {
             let mut cut = 64;

@@ -6,12 +6,12 @@ use super::problem::Problem;
 use super::scope::Resolved;
 use super::stored::{StoredResponse, fingerprint};
 use super::wait::{self, Polled};
+use crate::context::invocation::context_deadline;
+use crate::context::{CallContext, WithCallContext};
 use crate::error::{BoxError, Error, ExecuteError, report};
-use crate::invocation::context_deadline;
 use crate::metrics::error_label;
 use crate::operation::Outcome;
 use crate::record::LEASE_TOKEN_LEN;
-use crate::twins;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::header::HeaderValue;
@@ -79,7 +79,7 @@ where
         let span = Span::current();
         Box::pin(async move {
             let respond = async move { respond(&settings, inner, request).await };
-            let task = crate::spawn::spawn(respond.instrument(span));
+            let task = crate::context::spawn(respond.instrument(span));
             match task.await {
                 Ok(answer) => answer,
                 Err(e) => match e.try_into_panic() {
@@ -163,9 +163,10 @@ where
     let tenant = request
         .extensions()
         .get::<lambda_runtime::Context>()
-        .and_then(crate::invocation::context_tenant);
+        .and_then(crate::context::invocation::context_tenant);
     let respond = respond_counted(s, inner, request, &mut count.outcome);
-    crate::invocation::within_tenant(tenant, respond).await
+    let cx = CallContext::current().with_tenant(tenant);
+    respond.with_call_context(cx).await
 }
 
 async fn respond_counted<S, ReqBody, ResBody>(
@@ -239,7 +240,7 @@ where
         .extensions
         .get::<lambda_runtime::Context>()
         .and_then(context_deadline)
-        .or_else(crate::invocation::current_deadline);
+        .or_else(crate::context::current_deadline);
     let idempotency = &s.idempotency;
     let id = match idempotency.idempotency_id(&s.operation, &payload) {
         Ok(id) => id,
@@ -278,7 +279,7 @@ where
                     // The handler ran (its effect may be done): at most once, its claim
                     // is kept rather than released, and no retry runs it again.
                     if at_most_once {
-                        crate::outcome_unknown::mark();
+                        crate::context::mark_outcome_unknown();
                     }
                     return Err(Unstored::Body(e.into()));
                 }
@@ -307,7 +308,10 @@ where
         let result = match (&s.in_flight, give_up_at) {
             // A twin in this process is joined in memory, until the wait's one bound.
             (Some(in_flight), Some(until)) => {
-                twins::waiting_until(until, twins::scope_in(in_flight.clone(), execute)).await
+                let cx = CallContext::current()
+                    .with_twins(in_flight.clone())
+                    .waiting_until(until);
+                execute.with_call_context(cx).await
             }
             _ => execute.await,
         };

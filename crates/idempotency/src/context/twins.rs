@@ -4,16 +4,16 @@
 //! earlier call's claim and hand the message back to SQS: a whole visibility timeout and
 //! a receive for a result this invocation is about to have.
 //!
-//! The batch scopes the registry to its invocation ([`scope`]): calls outside a batch, or
-//! in another invocation, meet in the store as any two workers do.
+//! The batch scopes the registry to its invocation ([`InFlight::for_batch`], in its call
+//! context): calls outside a batch, or in another invocation, meet in the store as any two
+//! workers do.
 
-use crate::error::FailureKind;
-use crate::error::{Error, ExecuteError, report};
-use crate::invocation::Invocation;
+use super::invocation::Invocation;
+use super::record_scope::RecordScope;
+use crate::clock::Clock;
+use crate::error::{Error, ExecuteError, FailureKind, report};
 use crate::operation::outcome::Outcome;
-use crate::record::decode;
-use crate::record::lease;
-use crate::record_scope;
+use crate::record::{decode, lease};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -72,77 +72,6 @@ impl Settled {
     }
 }
 
-tokio::task_local! {
-    static IN_FLIGHT: Arc<InFlight>;
-    /// When a twin stops waiting, besides the invocation's own bound: an HTTP caller's
-    /// patience, the same bound for every join of one request.
-    static WAIT_UNTIL: std::time::SystemTime;
-    /// The calls whose function is running around this future, by handle and id: a call
-    /// nested in one with its own id (a shared `key_prefix`, a recursion) is no twin, it
-    /// would wait for its own caller.
-    static ENCLOSING: Arc<Vec<(usize, String)>>;
-}
-
-/// Whether `id` of `handle` is a call that encloses the current future.
-pub(crate) fn encloses(handle: usize, id: &str) -> bool {
-    ENCLOSING
-        .try_with(|ids| ids.iter().any(|(h, i)| *h == handle && i == id))
-        .unwrap_or(false)
-}
-
-/// Runs `fut`, the function of the call to `id`, as enclosed by that call.
-pub(crate) async fn enclosed_by<F: std::future::Future>(
-    handle: usize,
-    id: &str,
-    fut: F,
-) -> F::Output {
-    let mut ids = ENCLOSING
-        .try_with(|ids| ids.as_ref().clone())
-        .unwrap_or_default();
-    ids.push((handle, id.to_owned()));
-    ENCLOSING.scope(Arc::new(ids), fut).await
-}
-
-/// Runs `fut` (a batch invocation's records) with one registry of running calls, which
-/// keeps the failures of the calls that ended: a twin later in the batch (in a FIFO group,
-/// a shard) answers with its sibling's failure instead of running the function again.
-pub(crate) async fn scope<F: std::future::Future>(fut: F) -> F::Output {
-    let in_flight = InFlight {
-        keeps_failures: true,
-        ..InFlight::default()
-    };
-    IN_FLIGHT.scope(Arc::new(in_flight), fut).await
-}
-
-/// Runs `fut` with `in_flight` as its registry: one that outlives an invocation, shared by
-/// the concurrent requests of one HTTP layer.
-#[cfg(feature = "http")]
-pub(crate) async fn scope_in<F: std::future::Future>(
-    in_flight: Arc<InFlight>,
-    fut: F,
-) -> F::Output {
-    IN_FLIGHT.scope(in_flight, fut).await
-}
-
-/// Runs `fut` with its twins waiting until `until` at most.
-#[cfg(feature = "http")]
-pub(crate) async fn waiting_until<F: std::future::Future>(
-    until: std::time::SystemTime,
-    fut: F,
-) -> F::Output {
-    WAIT_UNTIL.scope(until, fut).await
-}
-
-/// The enclosing bound on waiting for a twin, if any.
-pub(crate) fn wait_until() -> Option<std::time::SystemTime> {
-    WAIT_UNTIL.try_with(|until| *until).ok()
-}
-
-/// The enclosing batch invocation's registry, if any.
-pub(crate) fn current() -> Option<Arc<InFlight>> {
-    IN_FLIGHT.try_with(Arc::clone).ok()
-}
-
 /// The calls running now, by handle and stored id (and, in a batch, those that failed).
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
@@ -189,18 +118,31 @@ pub(crate) struct Twin {
 }
 
 impl InFlight {
+    /// A batch invocation's registry, which keeps the failures of the calls that ended: a
+    /// twin later in the batch (in a FIFO group, a shard) answers with its sibling's
+    /// failure instead of running the function again. (An HTTP layer's registry outlives
+    /// invocations and keeps none.)
+    pub(crate) fn for_batch() -> Self {
+        InFlight {
+            keeps_failures: true,
+            ..InFlight::default()
+        }
+    }
+
     /// Enters the call to `id` of the handle `handle` (its address: two handles over two
-    /// stores may use the same ids).
+    /// stores may use the same ids), made in `record`'s attempt if any.
     pub(crate) fn enter(
         self: &Arc<Self>,
         handle: usize,
         id: &str,
         validation: Option<&str>,
+        record: Option<&RecordScope>,
     ) -> Entered {
         static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let key = (handle, id.to_owned());
-        let record = record_scope::current_id();
-        if let Some(scope) = record_scope::current() {
+        let scope = record;
+        let record = record.map(RecordScope::id);
+        if let Some(scope) = scope {
             // The handler goes on after a call's function failed: that failure was not
             // its record's answer, so its twins need not wait for the record's class (and
             // two records that each wait for the other's next call never stall).
@@ -251,12 +193,12 @@ impl Running {
     }
 
     /// Hands how the call ended to its twins. A function's own failure waits for the class
-    /// the enclosing batch record gives it ([`record_scope`]): the twin of a
-    /// `PermanentError` is permanent too. Outside a batch it is a failure a later attempt
-    /// may fix.
+    /// its batch record (`record`) gives it: the twin of a `PermanentError` is permanent
+    /// too. Outside a batch it is a failure a later attempt may fix.
     pub(crate) fn end<T: Serialize, E: fmt::Display>(
         mut self,
         result: &Result<(T, Outcome), ExecuteError<E>>,
+        record: Option<&RecordScope>,
     ) {
         match Settled::of(result) {
             Some(settled @ Settled::Failed { .. }) => self.settle(settled),
@@ -268,7 +210,7 @@ impl Running {
                     Err(ExecuteError::Function(e)) => format!("{e:#}").into(),
                     _ => unreachable!("only a function's failure has no settled form"),
                 };
-                let Some(record) = record_scope::current() else {
+                let Some(record) = record else {
                     return self.settle(Settled::function_failed(reason, FailureKind::Error));
                 };
                 // A twin in the same record's handler would wait for its own record: it
@@ -337,28 +279,31 @@ impl Twin {
     }
 }
 
-impl crate::Idempotency {
-    /// Waits for a twin running in this process and answers with its result, or `None`
-    /// when it was dropped unsettled (the caller then claims in the store).
-    pub(crate) async fn join_twin<T, E>(
-        &self,
+impl Twin {
+    /// Waits for the running call to `id` and answers with its result, or `None` when it
+    /// was dropped unsettled (the caller then claims in the store). Waits no longer than
+    /// `invocation`'s batch answers, nor past `wait_until`.
+    pub(crate) async fn join<T, E>(
+        self,
         id: &str,
-        twin: Twin,
         invocation: Option<Invocation>,
+        wait_until: Option<std::time::SystemTime>,
+        clock: &dyn Clock,
     ) -> Option<Result<(T, Outcome), ExecuteError<E>>>
     where
         T: DeserializeOwned,
     {
+        let twin = self;
         tracing::info!("a twin of this record is running in this batch: waiting for its result");
         // Waits no longer than the batch does: a twin still waiting when the batch answers
         // is in progress, not unfinished. Nor longer than the registry allows (an HTTP
         // caller's patience).
-        let now = self.now();
+        let now = clock.now();
         let batch_left = invocation.map(|invocation| {
             crate::clock::until(now, invocation.answer_by)
                 .saturating_sub(lease::COMPLETION_HEADROOM / 2)
         });
-        let caller_left = wait_until().map(|until| crate::clock::until(now, until));
+        let caller_left = wait_until.map(|until| crate::clock::until(now, until));
         let left = match (batch_left, caller_left) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -368,7 +313,7 @@ impl crate::Idempotency {
                 Ok(settled) => settled,
                 // The twin's lease is not known here: its invocation's end, or a second.
                 Err(_) => Some(Settled::InProgress(invocation.map_or_else(
-                    || crate::clock::add(self.now(), std::time::Duration::from_secs(1)),
+                    || crate::clock::add(clock.now(), std::time::Duration::from_secs(1)),
                     |i| i.deadline,
                 ))),
             },
@@ -383,7 +328,11 @@ impl crate::Idempotency {
                 Err(ExecuteError::Idempotency(Error::AlreadyInProgress {
                     key: key(),
                     lease_expires,
-                    retry_after: lease::retry_after(self.now(), Some(lease_expires), lease_expires),
+                    retry_after: lease::retry_after(
+                        clock.now(),
+                        Some(lease_expires),
+                        lease_expires,
+                    ),
                 }))
             }
             Settled::Failed {
@@ -407,14 +356,14 @@ mod tests {
     #[tokio::test]
     async fn a_twin_gets_what_the_first_call_settles_and_the_entry_goes() {
         let in_flight = Arc::new(InFlight::default());
-        let Entered::First(first) = in_flight.enter(1, "k", Some("v")) else {
+        let Entered::First(first) = in_flight.enter(1, "k", Some("v"), None) else {
             panic!("the first call runs")
         };
         assert!(
-            matches!(in_flight.enter(2, "k", None), Entered::First(_)),
+            matches!(in_flight.enter(2, "k", None, None), Entered::First(_)),
             "another handle's id is another call"
         );
-        let Entered::Twin(twin) = in_flight.enter(1, "k", Some("w")) else {
+        let Entered::Twin(twin) = in_flight.enter(1, "k", Some("w"), None) else {
             panic!("the second call is a twin")
         };
         assert_eq!(twin.validation.as_deref(), Some("v"));
@@ -422,7 +371,10 @@ mod tests {
         first.settle(Settled::Value("1".into()));
         assert_eq!(in_flight.len(), 0, "settling removes the entry");
         assert!(matches!(twin.settled().await, Some(Settled::Value(v)) if &*v == "1"));
-        assert!(matches!(in_flight.enter(1, "k", None), Entered::First(_)));
+        assert!(matches!(
+            in_flight.enter(1, "k", None, None),
+            Entered::First(_)
+        ));
     }
 
     #[tokio::test]
@@ -432,8 +384,8 @@ mod tests {
                 keeps_failures,
                 ..InFlight::default()
             });
-            let first = in_flight.enter(1, "k", None);
-            let Entered::Twin(twin) = in_flight.enter(1, "k", None) else {
+            let first = in_flight.enter(1, "k", None, None);
+            let Entered::Twin(twin) = in_flight.enter(1, "k", None, None) else {
                 panic!("a twin")
             };
             drop(first);
@@ -443,7 +395,7 @@ mod tests {
             );
             assert_eq!(in_flight.len(), usize::from(keeps_failures));
             if keeps_failures {
-                let Entered::Twin(later) = in_flight.enter(1, "k", None) else {
+                let Entered::Twin(later) = in_flight.enter(1, "k", None, None) else {
                     panic!("a later twin in the batch meets the failure")
                 };
                 assert!(matches!(
@@ -460,10 +412,10 @@ mod tests {
             keeps_failures: true,
             ..InFlight::default()
         });
-        let Entered::First(first) = in_flight.enter(1, "k", None) else {
+        let Entered::First(first) = in_flight.enter(1, "k", None, None) else {
             panic!()
         };
-        first.end::<u8, String>(&Ok((1, Outcome::Executed)));
+        first.end::<u8, String>(&Ok((1, Outcome::Executed)), None);
         assert_eq!(
             in_flight.len(),
             0,
@@ -474,12 +426,12 @@ mod tests {
     #[test]
     fn an_old_guard_never_removes_a_newer_call() {
         let in_flight = Arc::new(InFlight::default());
-        let Entered::First(old) = in_flight.enter(1, "k", None) else {
+        let Entered::First(old) = in_flight.enter(1, "k", None, None) else {
             panic!()
         };
         // The old call's entry replaced by hand, as if it had gone and a new one came.
         in_flight.calls.lock().unwrap().remove(&(1, "k".to_owned()));
-        let newer = in_flight.enter(1, "k", None);
+        let newer = in_flight.enter(1, "k", None, None);
         assert!(!old.awaited());
         drop(old);
         assert_eq!(in_flight.len(), 1, "the newer call's entry stays");

@@ -1,17 +1,11 @@
 //! A function's way to say "my outcome is unknown: keep my claim" ([`OutcomeUnknown`]).
 //!
 //! The engine cannot read a function's error (its type is only `Display`), so the mark
-//! is made where the error is made: each call runs its function within a scope of its
-//! own, and [`OutcomeUnknown::new`] marks the call whose scope it is made in.
+//! is made where the error is made: each call runs its function within a call context of
+//! its own, and [`OutcomeUnknown::new`] marks the call whose context it is made in.
 
+use crate::context::mark_outcome_unknown;
 use std::fmt;
-use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-tokio::task_local! {
-    static CALL: Arc<AtomicBool>;
-}
 
 /// A function's error whose effect may have happened: a request that was sent and whose
 /// answer never came (a timeout, a connection reset after sending), a `5xx` from a
@@ -81,7 +75,7 @@ impl<E: fmt::Debug> fmt::Debug for OutcomeUnknown<E> {
 impl<E> OutcomeUnknown<E> {
     /// Marks `error` (and the enclosing call) as leaving the function's outcome unknown.
     pub fn new(error: E) -> Self {
-        mark();
+        mark_outcome_unknown();
         Self(error)
     }
 
@@ -106,15 +100,4 @@ impl<E: std::error::Error> std::error::Error for OutcomeUnknown<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
     }
-}
-
-/// Marks the call whose function is running in this task, if any.
-pub(crate) fn mark() {
-    let _ = CALL.try_with(|call| call.store(true, Ordering::SeqCst));
-}
-
-/// Runs `fut`, one call's function, within a scope of its own: what says whether it
-/// marked its outcome unknown.
-pub(crate) async fn within<F: Future>(call: Arc<AtomicBool>, fut: F) -> F::Output {
-    CALL.scope(call, fut).await
 }

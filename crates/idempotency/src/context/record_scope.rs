@@ -5,15 +5,10 @@
 //! attempt (a stream record that waited out another worker's lease and then ran counts as
 //! what it finally was, never also as `in_progress`).
 
+use super::twins::{Running, Settled};
 use crate::error::FailureKind;
 use crate::metrics::OutcomeKeys;
-use crate::twins::{Running, Settled};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-
-tokio::task_local! {
-    static RECORD: Arc<RecordScope>;
-}
 
 /// One attempt at one batch record.
 #[derive(Default)]
@@ -26,30 +21,19 @@ pub(crate) struct RecordScope {
     outcomes: Mutex<Vec<(Arc<OutcomeKeys>, &'static str)>>,
 }
 
-/// Runs `fut`, one record's handler, within `scope`.
-pub(crate) async fn within<F: Future>(scope: Arc<RecordScope>, fut: F) -> F::Output {
-    RECORD.scope(scope, fut).await
-}
-
-/// The enclosing record's scope, if any: also what tells a batch record's call from a
-/// direct one (the in-progress answer is for direct calls only).
-pub(crate) fn current() -> Option<Arc<RecordScope>> {
-    RECORD.try_with(Arc::clone).ok()
-}
-
-/// The enclosing record's identity, if any.
-pub(crate) fn current_id() -> Option<usize> {
-    RECORD.try_with(|scope| scope.id()).ok()
-}
-
-/// Counts an outcome: at once outside a batch record, at the record's end inside one.
-pub(crate) fn count_outcome(keys: &Arc<OutcomeKeys>, outcome: &'static str) {
+/// Counts an outcome: at once outside a batch record, at the end of `record` inside one.
+pub(crate) fn count_outcome(
+    record: Option<&RecordScope>,
+    keys: &Arc<OutcomeKeys>,
+    outcome: &'static str,
+) {
     #[cfg(feature = "metrics")]
-    if let Ok(()) = RECORD.try_with(|scope| {
+    if let Some(scope) = record {
         lock(&scope.outcomes).push((Arc::clone(keys), outcome));
-    }) {
         return;
     }
+    #[cfg(not(feature = "metrics"))]
+    let _ = record;
     keys.count(outcome);
 }
 

@@ -18,7 +18,7 @@
 /// | `Unfinished` | takes the record over after its lease | (the batch answered) |
 /// | `MalformedBody` | never: the body will not parse next time either (permanent) | goes on |
 /// | `Rejected` | never: the idempotency layer refused this record for good (permanent) | goes on |
-/// | `Permanent` | never: the handler said so with [`PermanentError`] (permanent) | goes on |
+/// | `Permanent` | never: the handler said so with [`PermanentError`](crate::PermanentError) (permanent) | goes on |
 ///
 /// A permanent failure does not stop its group or shard: order is not at stake for a
 /// record that can never succeed, and stopping would hold back every valid record behind
@@ -47,7 +47,7 @@ pub enum FailureKind {
     /// The record had not finished shortly before the invocation's deadline. Its claim
     /// stays until its lease ends, as after a crash; a later delivery takes it over.
     Unfinished,
-    /// The handler returned a [`PermanentError`]: it says no retry can fix this record (a
+    /// The handler returned a [`PermanentError`](crate::PermanentError): it says no retry can fix this record (a
     /// provider's 400 for this request, say). It will reach the dead-letter queue or the
     /// stream's on-failure destination.
     Permanent,

@@ -31,7 +31,7 @@ impl IdempotencyBuilder {
 
     /// A fixed lease, instead of the invocation's deadline (never past it, when one is
     /// known). [`build`](Self::build) refuses one shorter than a second or longer than 12
-    /// hours, as [`Operation::lease`] does.
+    /// hours, as [`Operation::lease`](crate::Operation::lease) does.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = Some(lease);
         self

@@ -21,8 +21,8 @@ pub enum Outcome {
     /// again.
     Joined,
     /// The key was in progress in another call and the operation's
-    /// [`when_in_progress`](Operation::when_in_progress) answered instead of
-    /// [`Error::AlreadyInProgress`]; the function did not run. Never in a batch.
+    /// [`when_in_progress`](crate::Operation::when_in_progress) answered instead of
+    /// [`Error::AlreadyInProgress`](crate::Error::AlreadyInProgress); the function did not run. Never in a batch.
     InProgressAnswered,
     /// Idempotency is disabled: the function ran unprotected.
     Disabled,

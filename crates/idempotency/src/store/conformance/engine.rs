@@ -2,8 +2,9 @@
 //! whole (payload validation, replay, request counts, every store fault, leases that an
 //! expiry never ends). Each function takes the store by value and wraps it as it needs.
 
+pub use super::at_most_once::engine_at_most_once;
 use super::op_name;
-use crate::clock::{Clock, TestClock};
+use crate::clock::TestClock;
 use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::key::KeyStrategy;
@@ -267,144 +268,6 @@ pub async fn engine_under_faults<S: IdempotencyStore + Clone + 'static>(store: S
             }
         }
     }
-}
-
-/// Through the engine over `store`, an [at-most-once](Operation::at_most_once)
-/// operation: a delivery that finds a crashed run's lapsed claim fails for good with
-/// [`Error::ClaimAbandoned`] (when it was claimed, when its lease ended) and runs nothing,
-/// however often it comes and however many come at once; one whose function failed runs
-/// again; once the record expires the key runs again. A plain operation on the same
-/// store still takes over.
-pub async fn engine_at_most_once<S: IdempotencyStore + Clone + 'static>(store: S) {
-    let clock = TestClock::new(crate::record::from_epoch_secs(
-        epoch_secs(SystemTime::now()),
-    ));
-    let expires_after = Duration::from_secs(3600);
-    let idempotency = Idempotency::builder(store.clone())
-        .expires_after(expires_after)
-        .lease(Duration::from_secs(30))
-        .clock(clock.clone())
-        .build();
-    let op = Operation::new(op_name("at_most_once"), KeyStrategy::field("id"))
-        .at_most_once()
-        .lease(Duration::from_secs(20));
-    let payload = json!({"id": "k"});
-    let id = idempotency.idempotency_id(&op, &payload).unwrap();
-    let claimed_at = clock.now();
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-    let crashing = idempotency.execute(&op, &payload, || async move {
-        let _ = started_tx.send(());
-        std::future::pending::<Result<String, Error>>().await
-    });
-    tokio::select! {
-        _ = crashing => panic!("the crashed call never returns"),
-        _ = started_rx => {}
-    }
-    let claim = store
-        .get(&id)
-        .await
-        .unwrap()
-        .expect("the crashed run's claim");
-    let lease_end = claim.in_progress_expiration.expect("a lease");
-    let lease = lease_end.duration_since(claimed_at).unwrap_or_default();
-    assert!(
-        (Duration::from_millis(19_999)..Duration::from_secs(21)).contains(&lease),
-        "the operation's lease replaces the handle's: {lease:?}"
-    );
-    clock.advance(Duration::from_secs(21));
-    let calls = std::sync::atomic::AtomicU32::new(0);
-    let deliver = || async {
-        idempotency
-            .execute(&op, &payload, || async {
-                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok::<_, Error>("again".to_string())
-            })
-            .await
-    };
-    let (one, two) = tokio::join!(deliver(), deliver());
-    for result in [one, two, deliver().await] {
-        match result {
-            Err(ExecuteError::Idempotency(
-                e @ Error::ClaimAbandoned {
-                    lease_ended,
-                    claimed_at: at,
-                    ..
-                },
-            )) => {
-                assert_eq!(lease_ended, lease_end);
-                assert_eq!(
-                    at.map(epoch_secs),
-                    Some(epoch_secs(claimed_at)),
-                    "claimed at, to the second"
-                );
-                assert!(e.is_permanent() && !e.is_retryable());
-                let text = e.to_string();
-                assert!(text.contains("outcome is unknown"), "{text}");
-                assert!(text.contains("lambda-idempotency forget"), "{text}");
-            }
-            other => panic!("an abandoned claim must fail as ClaimAbandoned, got {other:?}"),
-        }
-    }
-    assert_eq!(
-        calls.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "nothing ran again"
-    );
-    let kept = store
-        .get(&id)
-        .await
-        .unwrap()
-        .expect("the abandoned claim stays");
-    assert_eq!(kept, claim, "the refused deliveries changed nothing");
-
-    // A plain operation of the same name (the same stored id) takes it over.
-    let plain = Operation::new(op.name().to_owned(), KeyStrategy::field("id"));
-    let (_, outcome) = idempotency
-        .execute(&plain, &payload, || async {
-            Ok::<_, Error>("took".to_string())
-        })
-        .await
-        .expect("a plain operation takes over");
-    assert_eq!(outcome, Outcome::TookOver);
-
-    // A function that fails releases its claim: the next delivery runs.
-    let failing = json!({"id": "fails"});
-    let failed = idempotency
-        .execute(&op, &failing, || async {
-            Err::<String, _>(std::io::Error::other("the provider refused"))
-        })
-        .await;
-    assert!(
-        matches!(failed, Err(ExecuteError::Function(_))),
-        "{failed:?}"
-    );
-    let (_, outcome) = idempotency
-        .execute(&op, &failing, || async {
-            Ok::<_, Error>("ran".to_string())
-        })
-        .await
-        .expect("a released key runs again");
-    assert_eq!(outcome, Outcome::Executed);
-
-    // An expired abandoned claim frees its key.
-    let expiring = json!({"id": "expires"});
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-    let crashing = idempotency.execute(&op, &expiring, || async move {
-        let _ = started_tx.send(());
-        std::future::pending::<Result<String, Error>>().await
-    });
-    tokio::select! {
-        _ = crashing => panic!("the crashed call never returns"),
-        _ = started_rx => {}
-    }
-    clock.advance(expires_after + Duration::from_secs(2));
-    let (_, outcome) = idempotency
-        .execute(&op, &expiring, || async {
-            Ok::<_, Error>("fresh".to_string())
-        })
-        .await
-        .expect("an expired claim is free");
-    assert_eq!(outcome, Outcome::TookOver);
 }
 
 /// Attempt timeout of [`engine_under_faults`]: long enough for a real server's answer, a

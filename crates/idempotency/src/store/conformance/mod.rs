@@ -28,12 +28,15 @@
 //! # }
 //! ```
 
+mod at_most_once;
 pub mod engine;
 pub mod model;
 pub mod records;
+mod refusals;
 mod support;
 pub mod writes;
 
+pub use at_most_once::{at_most_once_claims, at_most_once_races};
 pub use support::claim_at;
 use support::{Key, now_ms, op_name, unique};
 
@@ -431,128 +434,6 @@ pub async fn concurrent_claims_have_one_winner(store: &dyn IdempotencyStore, cla
             outcomes.iter().all(|o| o.is_ok()),
             "no claim may fail: {outcomes:?}"
         );
-    }
-}
-
-/// An at-most-once claim ([`Claim::at_most_once`]) never takes over a lapsed lease: it
-/// gets the abandoned record back, unchanged. It takes a free key, an expired record
-/// (lapsed lease and all) and its own record (a retry after a lost answer, even once its
-/// lease has ended), as any claim does.
-pub async fn at_most_once_claims(store: &dyn IdempotencyStore) {
-    let once = |id: &str, now, lease, token: &str| claim_at(id, now, lease, token).at_most_once();
-    let second = Duration::from_secs(1);
-    let now = now_ms();
-
-    let key = Key::new(store, "amo_lapsed");
-    key.claimed(now, second, "t1", "a free key is claimed")
-        .await;
-    let later = now + Duration::from_secs(2);
-    match store.claim(&once(&key.id, later, LEASE, "t2")).await {
-        Ok(ClaimOutcome::Exists(record)) => {
-            assert_eq!(record.lease_token.as_deref(), Some("t1"), "{record:?}");
-            assert!(record.is_abandoned_at(later), "{record:?}");
-        }
-        other => panic!("an at-most-once claim must not take over a lapsed lease, got {other:?}"),
-    }
-    let kept = key.get().await.expect("the abandoned record stays");
-    assert_eq!(
-        (kept.status, kept.lease_token.as_deref()),
-        (Status::InProgress, Some("t1")),
-        "the refused claim changed nothing"
-    );
-    key.claimed(
-        later,
-        LEASE,
-        "t3",
-        "a claim that is not at-most-once still takes it over",
-    )
-    .await;
-
-    let key = Key::new(store, "amo_expired");
-    let mut short = claim_at(&key.id, now, second, "t1");
-    short.expiration = now + Duration::from_secs(5);
-    store.claim(&short).await.expect("a free key is claimed");
-    let outcome = store
-        .claim(&once(&key.id, now + Duration::from_secs(7), LEASE, "t2"))
-        .await;
-    assert!(
-        matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
-        "an expired record is free for an at-most-once claim, lapsed lease and all, got {outcome:?}"
-    );
-    assert_eq!(key.get().await.unwrap().lease_token.as_deref(), Some("t2"));
-
-    let key = Key::new(store, "amo_own");
-    let own = once(&key.id, now, second, "mine");
-    for attempt in ["first", "retried after a lost answer"] {
-        let outcome = store.claim(&own).await;
-        assert!(
-            matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
-            "the {attempt} at-most-once claim is written, got {outcome:?}"
-        );
-    }
-    let late = once(&key.id, now + Duration::from_secs(2), second, "mine");
-    let outcome = store.claim(&late).await;
-    assert!(
-        matches!(outcome, Ok(ClaimOutcome::Claimed { .. })),
-        "an at-most-once claim finds its own record after its lease ended, got {outcome:?}"
-    );
-    let outcome = store.claim(&once(&key.id, now, LEASE, "theirs")).await;
-    assert!(
-        matches!(outcome, Ok(ClaimOutcome::Exists(_))),
-        "another token is refused, got {outcome:?}"
-    );
-
-    let key = Key::new(store, "amo_completed");
-    key.claimed(now, second, "t1", "a free key is claimed")
-        .await;
-    key.complete("t1", Some("1"), now + Duration::from_secs(60))
-        .await
-        .unwrap();
-    let outcome = store
-        .claim(&once(&key.id, now + Duration::from_secs(2), LEASE, "t2"))
-        .await;
-    assert!(
-        matches!(outcome, Ok(ClaimOutcome::Exists(ref r)) if r.status == Status::Completed),
-        "a completed record answers an at-most-once claim, got {outcome:?}"
-    );
-}
-
-/// Concurrent at-most-once claims: on a free key and on an expired record exactly one
-/// wins; on a lapsed lease none does, and the record is left as it was.
-pub async fn at_most_once_races(store: &dyn IdempotencyStore, claimers: usize) {
-    let now = now_ms();
-    let later = now + Duration::from_secs(7);
-    for (name, expires_in, winners) in [
-        ("amo_race_free", None, 1),
-        ("amo_race_expired", Some(Duration::from_secs(5)), 1),
-        ("amo_race_lapsed", Some(Duration::from_secs(60)), 0),
-    ] {
-        let id = unique(name);
-        if let Some(expires_in) = expires_in {
-            let mut first = claim_at(&id, now, Duration::from_secs(1), "first");
-            first.expiration = now + expires_in;
-            store.claim(&first).await.expect("a free key is claimed");
-        }
-        let claims: Vec<Claim> = (0..claimers)
-            .map(|i| claim_at(&id, later, LEASE, &format!("t{i}")).at_most_once())
-            .collect();
-        let outcomes = futures_util::future::join_all(claims.iter().map(|c| store.claim(c))).await;
-        let won = outcomes
-            .iter()
-            .filter(|o| matches!(o, Ok(ClaimOutcome::Claimed { .. })))
-            .count();
-        assert_eq!(
-            won, winners,
-            "{name}: {winners} of {claimers} concurrent at-most-once claims win: {outcomes:?}"
-        );
-        assert!(
-            outcomes.iter().all(|o| o.is_ok()),
-            "{name}: no claim may fail: {outcomes:?}"
-        );
-        if winners == 0 {
-            let record = store.get(&id).await.unwrap().expect("the abandoned record");
-            assert_eq!(record.lease_token.as_deref(), Some("first"), "{name}");
-        }
     }
 }
 

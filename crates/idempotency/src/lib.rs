@@ -75,6 +75,7 @@ pub mod clock;
 mod config;
 mod context;
 mod engine;
+pub mod envelope;
 mod error;
 mod handle;
 #[cfg(feature = "http")]
@@ -101,6 +102,7 @@ pub use batch::{DynamoDbStreamBatch, StreamChange};
 pub use config::expiry_for_queue;
 pub use context::outcome_unknown::OutcomeUnknown;
 pub use context::{current_deadline, current_tenant, with_context, with_deadline};
+pub use envelope::Envelope;
 pub use error::{BoxError, Error, ExecuteError, report};
 pub use handle::{Idempotency, IdempotencyBuilder};
 pub use key::KeyStrategy;

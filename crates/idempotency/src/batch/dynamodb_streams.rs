@@ -2,7 +2,8 @@
 
 use super::record::{BatchRecord, GroupRule};
 use super::settings::{Settings, batch_entry_points, batch_setters, stream_setters};
-use super::{BatchReport, InvalidBody, SkippedRecord, dynamodb_json, record};
+use super::{BatchReport, InvalidBody, SkippedRecord, dynamodb_json, envelope, record};
+use crate::envelope::Envelope;
 use crate::error::BoxError;
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
@@ -101,10 +102,31 @@ batch_entry_points!(
 );
 
 /// A record's change, its new image (a removal's old image) parsed.
-fn json_input<B: DeserializeOwned>(record: EventRecord) -> Result<(B, StreamChange), InvalidBody> {
+fn json_input<B: DeserializeOwned>(
+    record: EventRecord,
+    envelope: Option<&Envelope>,
+) -> Result<(B, StreamChange), InvalidBody> {
     let change = StreamChange::from_record(record)?;
-    let image = change.image_as()?;
+    let image = match envelope {
+        None => change.image_as()?,
+        Some(envelope) => {
+            let image: Value = change.image_as()?;
+            envelope::parse_value(change.record.item_id().as_deref(), image, envelope)?
+        }
+    };
     Ok((image, change))
+}
+
+/// Why the envelope acknowledges this change without running it, if it does.
+fn skip_reason(record: &EventRecord, envelope: &Envelope) -> Option<String> {
+    let image: Value = StreamChange::from_record(record.clone())
+        .ok()?
+        .image_as()
+        .ok()?;
+    match envelope.open_value(image) {
+        Ok(crate::envelope::Opened::Skip { reason }) => Some(reason),
+        _ => None,
+    }
 }
 
 impl BatchRecord for EventRecord {

@@ -2,7 +2,8 @@
 
 use super::record::{BatchRecord, GroupRule};
 use super::settings::{Settings, batch_entry_points, batch_setters, stream_setters};
-use super::{BatchReport, InvalidBody, record};
+use super::{BatchReport, InvalidBody, envelope};
+use crate::envelope::Envelope;
 use crate::error::BoxError;
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
@@ -86,10 +87,16 @@ batch_entry_points!(
 /// A record's decoded data parsed as JSON.
 fn json_input<B: DeserializeOwned>(
     record: KinesisEventRecord,
+    envelope: Option<&Envelope>,
 ) -> Result<(B, KinesisEventRecord), InvalidBody> {
     let item_id = record.item_id();
-    let body = record::json_from_slice(item_id.as_deref(), &record.kinesis.data.0)?;
+    let body = envelope::parse(item_id.as_deref(), &record.kinesis.data.0, envelope)?;
     Ok((body, record))
+}
+
+/// Why the envelope acknowledges this record without running it, if it does.
+fn skip_reason(record: &KinesisEventRecord, envelope: &Envelope) -> Option<String> {
+    envelope::skip_reason_of(envelope, &record.kinesis.data.0)
 }
 
 impl BatchRecord for KinesisEventRecord {

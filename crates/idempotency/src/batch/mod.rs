@@ -16,6 +16,7 @@
 mod dynamodb_json;
 #[cfg(feature = "dynamodb-streams")]
 mod dynamodb_streams;
+mod envelope;
 mod fifo;
 #[cfg(feature = "kinesis")]
 mod kinesis;

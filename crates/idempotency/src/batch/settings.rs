@@ -1,6 +1,7 @@
 //! What every batch type shares: its settings and their setters, written once.
 
 use crate::clock::{Clock, SystemClock};
+use crate::envelope::Envelope;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,8 @@ pub(super) struct Settings {
         allow(dead_code)
     )]
     pub(super) time_to_run_after_a_wait: Option<Duration>,
+    /// Where the request sits in each record's body (`run_json`, `report_json`).
+    pub(super) envelope: Option<Arc<Envelope>>,
 }
 
 /// Streams wait for a key in progress elsewhere only when its lease ends this long before
@@ -49,6 +52,7 @@ impl Default for Settings {
             stop_at_permanent_failures: false,
             in_order: true,
             time_to_run_after_a_wait: Some(DEFAULT_TIME_TO_RUN_AFTER_A_WAIT),
+            envelope: None,
         }
     }
 }
@@ -100,6 +104,19 @@ macro_rules! batch_setters {
             /// Default: off.
             pub fn stop_at_permanent_failures(mut self, yes: bool) -> Self {
                 self.settings.stop_at_permanent_failures = yes;
+                self
+            }
+
+            /// Takes the request out of each record's body before `run_json` parses it
+            /// ([`Envelope::sns`](crate::Envelope::sns), [`eventbridge`](crate::Envelope::eventbridge),
+            /// …): the typed body, and so the key, the payload hash and the validation, see
+            /// the request only. A body that does not open is a
+            /// [`MalformedBody`](crate::FailureKind::MalformedBody) failure; a carrier's own
+            /// message (an S3 test event) is acknowledged without running, in
+            /// [`BatchReport::skipped`](crate::BatchReport::skipped). `run` and `report` hand
+            /// the handler the record as it came.
+            pub fn envelope(mut self, envelope: crate::Envelope) -> Self {
+                self.settings.envelope = Some(std::sync::Arc::new(envelope));
                 self
             }
         }
@@ -191,12 +208,24 @@ macro_rules! batch_entry_points {
                 Fut: std::future::Future<Output = Result<T, E>>,
                 E: Into<crate::BoxError>,
             {
+                let mut event = event;
+                let envelope = self.settings.envelope.clone();
+                let envelope = envelope.as_deref();
+                let skipped = match envelope {
+                    Some(envelope) if envelope.can_skip() => super::envelope::take_skipped(
+                        &mut event.payload.records,
+                        |record: &$record| skip_reason(record, envelope),
+                    ),
+                    _ => super::envelope::Skipped::none(),
+                };
                 let handler = &handler;
-                self.report(event, move |record: $record| async move {
-                    let (body, input) = json_input::<B>(record)?;
-                    handler(body, input).await.map_err(Into::into)
-                })
-                .await
+                let report = self
+                    .report(event, move |record: $record| async move {
+                        let (body, input) = json_input::<B>(record, envelope)?;
+                        handler(body, input).await.map_err(Into::into)
+                    })
+                    .await;
+                skipped.into_report(report)
             }
 
             /// Runs `handler` on every record and returns what happened to each.

@@ -2,7 +2,8 @@
 
 use super::record::{BatchRecord, GroupRule};
 use super::settings::{Settings, batch_entry_points, batch_setters};
-use super::{BatchReport, InvalidBody, fifo, record};
+use super::{BatchReport, InvalidBody, envelope, fifo};
+use crate::envelope::Envelope;
 use crate::error::BoxError;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use serde::de::DeserializeOwned;
@@ -120,10 +121,14 @@ impl SqsBatch {
     }
 }
 
-/// A message's body parsed as JSON, with a clear error naming the message.
-fn json_input<B: DeserializeOwned>(message: SqsMessage) -> Result<(B, SqsMessage), InvalidBody> {
+/// A message's body parsed as JSON (the request in it, through the envelope), with a
+/// clear error naming the message.
+fn json_input<B: DeserializeOwned>(
+    message: SqsMessage,
+    envelope: Option<&Envelope>,
+) -> Result<(B, SqsMessage), InvalidBody> {
     let body = match message.body.as_deref() {
-        Some(body) => record::json_from_slice(message.message_id.as_deref(), body.as_bytes())?,
+        Some(body) => envelope::parse(message.message_id.as_deref(), body.as_bytes(), envelope)?,
         None => {
             return Err(InvalidBody {
                 item_id: message.message_id.clone().unwrap_or_default(),
@@ -132,4 +137,9 @@ fn json_input<B: DeserializeOwned>(message: SqsMessage) -> Result<(B, SqsMessage
         }
     };
     Ok((body, message))
+}
+
+/// Why the envelope acknowledges this message without running it, if it does.
+fn skip_reason(message: &SqsMessage, envelope: &Envelope) -> Option<String> {
+    envelope::skip_reason_of(envelope, message.body.as_deref()?.as_bytes())
 }

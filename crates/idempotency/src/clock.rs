@@ -1,5 +1,6 @@
-//! The one seam through which the engine reads the time, so lease and expiry cases can be
-//! tested deterministically.
+//! Time: the one seam through which the library reads it (so lease and expiry cases can be
+//! tested deterministically), and the one place where it becomes the record's numbers
+//! (epoch seconds and milliseconds, [`Utc`]).
 
 use std::fmt;
 use std::fmt::Debug;

@@ -1,7 +1,8 @@
 //! Middleware that makes a whole Lambda handler idempotent, keyed on its event.
 
 use crate::context::{CallContext, WithCallContext, invocation};
-use crate::error::ExecuteError;
+use crate::envelope::{Envelope, Opened};
+use crate::error::{Error, ExecuteError};
 use crate::handle::Idempotency;
 use crate::operation::Operation;
 use lambda_runtime::tower::{Layer, Service};
@@ -49,6 +50,7 @@ use std::task::{Context, Poll};
 pub struct IdempotentLayer {
     idempotency: Idempotency,
     operation: Arc<Operation>,
+    envelope: Option<Arc<Envelope>>,
 }
 
 impl IdempotentLayer {
@@ -57,7 +59,20 @@ impl IdempotentLayer {
         Self {
             idempotency,
             operation: Arc::new(operation),
+            envelope: None,
         }
+    }
+
+    /// Keys (and hashes and validates) the request inside the event rather than the
+    /// event: [`Envelope::http_body`] for an API Gateway event invoked directly,
+    /// [`Envelope::eventbridge`] for an EventBridge rule's target. The handler still gets
+    /// the whole event. A payload the envelope does not open is refused for good
+    /// ([`Error::MalformedBody`](crate::Error::MalformedBody)) before anything is claimed;
+    /// a carrier's own message the envelope skips (an S3 `s3:TestEvent`) runs the handler
+    /// without a claim, as there is no request to key.
+    pub fn envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = Some(Arc::new(envelope));
+        self
     }
 }
 
@@ -77,6 +92,7 @@ impl<S> Layer<S> for IdempotentLayer {
             inner,
             idempotency: self.idempotency.clone(),
             operation: self.operation.clone(),
+            envelope: self.envelope.clone(),
         }
     }
 }
@@ -91,6 +107,7 @@ pub struct IdempotentService<S> {
     inner: S,
     idempotency: Idempotency,
     operation: Arc<Operation>,
+    envelope: Option<Arc<Envelope>>,
 }
 
 impl<S> fmt::Debug for IdempotentService<S> {
@@ -123,8 +140,26 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let idempotency = self.idempotency.clone();
         let operation = self.operation.clone();
+        let envelope = self.envelope.clone();
         Box::pin(async move {
-            let payload = serde_json::to_value(&event.payload)?;
+            let mut payload = serde_json::to_value(&event.payload)?;
+            if let Some(envelope) = envelope {
+                payload = match envelope.open_value(payload) {
+                    Ok(Opened::Request(request)) => request,
+                    Ok(Opened::Skip { reason }) => {
+                        // Nothing to key: the handler answers the carrier's own message.
+                        tracing::info!("not a request, run without a claim: {reason}");
+                        return inner.call(event).await.map_err(Into::into);
+                    }
+                    Err(e) => {
+                        let e = Error::MalformedBody {
+                            reason: e.to_string(),
+                        };
+                        tracing::warn!(error = %e, "idempotency refused the invocation");
+                        return Err(e.into());
+                    }
+                };
+            }
             let deadline = invocation::context_deadline_at(&event.context, idempotency.now());
             let tenant = invocation::context_tenant(&event.context);
             let run = || async move { inner.call(event).await.map_err(Into::into) };

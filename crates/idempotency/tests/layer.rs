@@ -248,3 +248,46 @@ async fn the_layer_answers_a_key_in_progress_and_replays_through_the_hook() {
     let again = call(&mut service, event).await.unwrap();
     assert_eq!(again, json!({"status": "charged", "replayed": true}));
 }
+
+#[tokio::test]
+async fn an_envelope_keys_the_request_inside_the_event_and_a_bad_one_is_refused_unrun() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |event: LambdaEvent<Value>| {
+        let calls = counted.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            // The handler gets the whole event, envelope and all.
+            Ok::<_, lambda_runtime::Error>(json!({"id": event.payload["id"]}))
+        }
+    });
+    let op = Operation::new("order", KeyStrategy::field("order_id")).validate(["/amount"]);
+    let layer = IdempotentLayer::new(Idempotency::new(MemoryStore::new()), op)
+        .envelope(lambda_idempotency::Envelope::eventbridge());
+    let mut service = ServiceBuilder::new().layer(layer).service(handler);
+    let put = |id: &str, amount: u32| json!({"id": id, "time": id, "detail-type": "OrderPlaced", "detail": {"order_id": "o-1", "amount": amount}});
+    let first = call(&mut service, put("e1", 5)).await.unwrap();
+    // The same order put again: another event id and time, the same detail.
+    let again = call(&mut service, put("e2", 5)).await.unwrap();
+    assert_eq!(first, json!({"id": "e1"}));
+    assert_eq!(again, first, "the stored response, not a second run");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // The same key with another detail is refused as without an envelope.
+    let err = call(&mut service, put("e3", 6)).await.unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<Error>(),
+            Some(Error::PayloadMismatch { .. })
+        ),
+        "{err}"
+    );
+    // No detail at all: refused for good, the handler not run.
+    let err = call(&mut service, json!({"id": "e4"})).await.unwrap_err();
+    let e = err.downcast_ref::<Error>().expect("the library's error");
+    assert!(
+        matches!(e, Error::MalformedBody { .. }) && e.is_permanent(),
+        "{e}"
+    );
+    assert!(e.to_string().contains("eventbridge envelope"), "{e}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

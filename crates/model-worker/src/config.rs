@@ -86,6 +86,30 @@ pub struct WorkerConfig {
     /// never asked of the provider again; it fails for good and waits for an operator
     /// (docs/deploy.md). `false` or unset: the default, a crashed run is taken over.
     pub at_most_once: bool,
+    /// `REQUEST_ENVELOPE`: where the request sits in each SQS body: `sns` (a queue
+    /// subscribed to an SNS topic, raw message delivery off: the notification's `Message`)
+    /// or `eventbridge` (a rule's target queue: the event's `detail`). Unset or `none`:
+    /// the body is the request. The key and the payload hash see the request only.
+    pub request_envelope: Option<RequestEnvelope>,
+}
+
+/// The envelopes the worker's requests arrive in (`REQUEST_ENVELOPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestEnvelope {
+    /// SNS → SQS, raw message delivery off.
+    Sns,
+    /// EventBridge → SQS.
+    EventBridge,
+}
+
+impl RequestEnvelope {
+    /// The library's envelope for it.
+    pub fn envelope(self) -> lambda_idempotency::Envelope {
+        match self {
+            RequestEnvelope::Sns => lambda_idempotency::Envelope::sns(),
+            RequestEnvelope::EventBridge => lambda_idempotency::Envelope::eventbridge(),
+        }
+    }
 }
 
 /// What `Debug` shows instead of a secret.
@@ -192,6 +216,7 @@ impl fmt::Debug for WorkerConfig {
             .field("model_api_key_secret_arn", &self.model_api_key_secret_arn)
             .field("expires_after", &self.expires_after)
             .field("at_most_once", &self.at_most_once)
+            .field("request_envelope", &self.request_envelope)
             .finish()
     }
 }
@@ -377,6 +402,17 @@ impl WorkerConfig {
                 false
             }
         };
+        let request_envelope = match get("REQUEST_ENVELOPE").as_deref() {
+            None | Some("none") => None,
+            Some("sns") => Some(RequestEnvelope::Sns),
+            Some("eventbridge") => Some(RequestEnvelope::EventBridge),
+            Some(other) => {
+                problems.push(format!(
+                    "REQUEST_ENVELOPE={other:?} is not one of: sns, eventbridge, none"
+                ));
+                None
+            }
+        };
         let answers_table = get("ANSWERS_TABLE");
         if let (Some(table), Some(store)) = (&answers_table, &store)
             && let Some(problem) = answers_table_problem(store, table)
@@ -392,6 +428,7 @@ impl WorkerConfig {
                 expires_after,
                 answers_table,
                 at_most_once,
+                request_envelope,
             }),
             _ => Err(ConfigError(problems)),
         }
@@ -497,6 +534,36 @@ mod tests {
         assert_eq!(c.model_base_url, "https://models.example");
         assert_eq!(c.model_api_key.as_deref(), Some("sk-1"));
         assert_eq!(c.expires_after, Some(Duration::from_secs(1_209_600)));
+    }
+
+    #[test]
+    fn the_request_envelope_is_sns_eventbridge_or_none_and_a_typo_fails_the_start_up() {
+        let with = |value: Option<&str>| {
+            let mut vars = vec![
+                ("IDEMPOTENCY_TABLE", "idem"),
+                ("MODEL_BASE_URL", "https://m.example"),
+            ];
+            vars.extend(value.map(|v| ("REQUEST_ENVELOPE", v)));
+            config(&vars)
+        };
+        assert_eq!(with(None).unwrap().request_envelope, None);
+        assert_eq!(with(Some("none")).unwrap().request_envelope, None);
+        assert_eq!(
+            with(Some("sns")).unwrap().request_envelope,
+            Some(RequestEnvelope::Sns)
+        );
+        assert_eq!(
+            with(Some("eventbridge")).unwrap().request_envelope,
+            Some(RequestEnvelope::EventBridge)
+        );
+        assert_eq!(RequestEnvelope::Sns.envelope().name(), "sns");
+        for bad in ["SNS", "event-bridge", "sqs"] {
+            let err = with(Some(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains("REQUEST_ENVELOPE") && err.contains("sns, eventbridge, none"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub mod startup;
 pub mod worker;
 
 pub use answers::AnswersTable;
-pub use config::{ConfigError, StoreChoice, WorkerConfig};
+pub use config::{ConfigError, RequestEnvelope, StoreChoice, WorkerConfig};
 pub use provider::{ModelClient, ProviderError, refuses_for_good};
 pub use request::{ChatMessage, ChatRequest};
 pub use secret::SecretError;

@@ -154,6 +154,14 @@ impl Worker {
         self
     }
 
+    /// This worker, taking each request out of `envelope` (an SNS notification, an
+    /// EventBridge event) in its SQS messages: what a queue subscribed to a topic, or a
+    /// rule's target queue, receives. Stream records carry the request as they are.
+    pub fn with_envelope(mut self, envelope: lambda_idempotency::Envelope) -> Self {
+        self.sqs = self.sqs.envelope(envelope);
+        self
+    }
+
     /// This worker, persisting each answer to `table` in the same atomic step as its
     /// record. Fails when the store cannot commit writes of the table's kind (a table of
     /// another store; Redis cannot): a deployment that cannot work stops at start-up.
@@ -197,7 +205,10 @@ impl Worker {
     /// gives (its secret read: the key is the provider's).
     pub fn configured(idempotency: Idempotency, config: &WorkerConfig) -> Result<Self, Error> {
         let model = ModelClient::new(&config.model_base_url, config.model_api_key.clone())?;
-        let worker = Self::new(idempotency, model);
+        let mut worker = Self::new(idempotency, model);
+        if let Some(envelope) = config.request_envelope {
+            worker = worker.with_envelope(envelope.envelope());
+        }
         match &config.answers_table {
             Some(name) => worker.with_answers(AnswersTable::for_store(&config.store, name)?),
             None => Ok(worker),

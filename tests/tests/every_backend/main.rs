@@ -7,6 +7,7 @@
 mod chaos;
 #[path = "../support/dynamodb_writes.rs"]
 mod dynamodb_writes;
+mod envelopes;
 mod fifo_queue;
 mod http;
 mod poller;

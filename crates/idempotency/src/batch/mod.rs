@@ -9,8 +9,10 @@
 //! One machinery serves every source (this module): records run in groups that keep their
 //! order (a FIFO message group, a stream shard) or one by one; a group stops at a failure a
 //! retry can fix and goes on past a permanent one ([`FailureKind::is_permanent`]); the
-//! batch answers before the invocation's deadline whatever hangs. Each source only says
-//! what a record's id is and how records are grouped.
+//! batch answers before the invocation's deadline whatever hangs. Each source says what a
+//! record's id is (`record::BatchRecord`), how its records are grouped, how a record
+//! becomes the handler's JSON input (`json_input`, `skip_reason`: the envelope), and its
+//! response type (`BatchResponse`, in `report.rs`).
 
 #[cfg(feature = "dynamodb-streams")]
 mod dynamodb_json;

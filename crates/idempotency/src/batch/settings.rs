@@ -1,4 +1,6 @@
-//! What every batch type shares: its settings and their setters, written once.
+//! What every batch type shares, written once: its settings and their setters, and its
+//! entry points (`run`, `run_json`, `report_json`, `report`: where a batch enters the call
+//! context and opens its records' envelope).
 
 use crate::clock::{Clock, SystemClock};
 use crate::envelope::Envelope;

@@ -44,6 +44,10 @@ impl fmt::Display for Error {
                 f,
                 "idempotency key {key:?} was already used with a different payload; refusing to return its result"
             ),
+            Error::MalformedBody { reason } => write!(
+                f,
+                "the request could not be read from the payload: {reason}"
+            ),
             Error::KeyMissing { field } => write!(
                 f,
                 "the payload has no idempotency key at {field}; refusing to process it without one"
@@ -151,6 +155,7 @@ impl Error {
             Error::AlreadyInProgress { .. } => "AlreadyInProgress",
             Error::ClaimAbandoned { .. } => "ClaimAbandoned",
             Error::PayloadMismatch { .. } => "PayloadMismatch",
+            Error::MalformedBody { .. } => "MalformedBody",
             Error::KeyMissing { .. } => "KeyMissing",
             Error::InvalidKey { .. } => "InvalidKey",
             Error::InvalidName { .. } => "InvalidName",

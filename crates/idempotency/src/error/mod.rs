@@ -60,6 +60,13 @@ pub enum Error {
         /// The stored idempotency id.
         key: String,
     },
+    /// The request could not be taken out of the invocation's payload: its
+    /// [`Envelope`](crate::Envelope) did not open (not a notification, bad base64 or
+    /// gzip). It will not open next time either.
+    MalformedBody {
+        /// What was wrong, naming the envelope.
+        reason: String,
+    },
     /// The payload has no value where the key strategy looks for one (or an empty one:
     /// `null`, `""`, `[]` or `{}`).
     KeyMissing {
@@ -275,7 +282,8 @@ impl Error {
     /// permanent: fixing the deployment heals it.
     pub fn is_permanent(&self) -> bool {
         match self {
-            Error::KeyMissing { .. }
+            Error::MalformedBody { .. }
+            | Error::KeyMissing { .. }
             | Error::InvalidKey { .. }
             | Error::InvalidName { .. }
             | Error::KeyTooLong { .. }
@@ -331,6 +339,7 @@ impl Error {
         match self {
             Error::AlreadyInProgress { .. } => FailureKind::InProgress,
             Error::TwinFailed { kind, .. } => *kind,
+            Error::MalformedBody { .. } => FailureKind::MalformedBody,
             e if e.is_permanent() => FailureKind::Rejected,
             _ => FailureKind::Error,
         }

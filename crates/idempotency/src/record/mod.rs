@@ -1,4 +1,5 @@
-//! The idempotency record and the one place where time becomes numbers.
+//! The idempotency record: its status, its claim, and whether a claim may take it
+//! (its lease arithmetic in `lease`).
 
 pub(crate) mod lease;
 

@@ -2,6 +2,7 @@
 //! and DynamoDB Streams, through the machinery they share.
 
 mod compile;
+mod envelope;
 mod sqs;
 mod streams;
 

@@ -161,10 +161,10 @@ where
                 };
             }
             let deadline = invocation::context_deadline_at(&event.context, idempotency.now());
-            let tenant = invocation::context_tenant(&event.context);
+            let from_lambda = invocation::from_lambda(&event.context);
             let run = || async move { inner.call(event).await.map_err(Into::into) };
             let cx = CallContext::current()
-                .with_tenant(tenant)
+                .with_lambda(from_lambda)
                 .with_deadline(deadline);
             let run = idempotency.execute_inner(&operation, &payload, deadline, run);
             match run.with_call_context(cx).await {

@@ -19,14 +19,14 @@ pub use lambda_runtime::Context;
 #[derive(Debug, Default)]
 pub struct ContextCall {
     deadline: Option<SystemTime>,
-    tenant: Option<std::sync::Arc<str>>,
+    from_lambda: crate::context::invocation::FromLambda,
 }
 
 /// The deadline and the tenant of `context`.
 pub fn context_call(context: &Context) -> ContextCall {
     ContextCall {
         deadline: crate::context::invocation::context_deadline(context),
-        tenant: crate::context::invocation::context_tenant(context),
+        from_lambda: crate::context::invocation::from_lambda(context),
     }
 }
 
@@ -140,7 +140,7 @@ where
         handle.execute_observed(operation, &payload, context.deadline, true, || async move {
             body().await.into_answer()
         });
-    let cx = CallContext::current().with_tenant(context.tenant);
+    let cx = CallContext::current().with_lambda(context.from_lambda);
     call.with_call_context(cx)
         .await
         .map(|(value, outcome)| (R::returned(value), outcome))

@@ -244,9 +244,9 @@ macro_rules! batch_entry_points {
                 let now = self.settings.clock.now();
                 let deadline = crate::context::invocation::context_deadline_at(&event.context, now);
                 // The tenant keys every record's ids; a nested `with_deadline` keeps it.
-                let tenant = crate::context::invocation::context_tenant(&event.context);
+                let from_lambda = crate::context::invocation::from_lambda(&event.context);
                 let records = self.report_records(event.payload.records, deadline, handler);
-                let cx = crate::context::CallContext::current().with_tenant(tenant);
+                let cx = crate::context::CallContext::current().with_lambda(from_lambda);
                 crate::context::WithCallContext::with_call_context(records, cx).await
             }
         }

@@ -31,10 +31,27 @@ pub(crate) fn context_deadline_at(
     (context.deadline > 0 && deadline > now).then_some(deadline)
 }
 
+/// What a call inherits from its Lambda context besides the deadline (which each entry
+/// point bounds its own way: a batch answers early, a layer leases to it). Read in one
+/// place, [`from_lambda`], and entered in one, [`CallContext::with_lambda`](super::CallContext::with_lambda):
+/// a new per-invocation field is added to these two.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FromLambda {
+    /// Lambda's tenant (tenant isolation mode).
+    pub(crate) tenant: Option<Arc<str>>,
+}
+
+/// What a call inherits from `context` (its deadline aside).
+pub(crate) fn from_lambda(context: &lambda_runtime::Context) -> FromLambda {
+    FromLambda {
+        tenant: context_tenant(context),
+    }
+}
+
 /// The tenant of a Lambda context: `None` without one, and for an empty tenant id, which
 /// Lambda never sends (a tenant id is 1 to 256 characters) and which would make a stored id
 /// no different from another tenant's empty one: it is no tenant.
-pub(crate) fn context_tenant(context: &lambda_runtime::Context) -> Option<Arc<str>> {
+fn context_tenant(context: &lambda_runtime::Context) -> Option<Arc<str>> {
     context
         .tenant_id
         .as_deref()

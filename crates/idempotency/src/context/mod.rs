@@ -14,7 +14,7 @@ pub(crate) mod outcome_unknown;
 pub(crate) mod record_scope;
 pub(crate) mod twins;
 
-use invocation::Invocation;
+use invocation::{FromLambda, Invocation};
 use record_scope::RecordScope;
 use std::future::Future;
 use std::sync::Arc;
@@ -114,7 +114,13 @@ impl CallContext {
 
     /// With `tenant`; `None` keeps the enclosing tenant: a context without one, met inside
     /// a tenant's invocation, never lets its calls out of that tenant's records.
-    pub(crate) fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
+    /// This context inheriting what a Lambda invocation gives a call (its tenant; the
+    /// deadline apart, see [`FromLambda`]): the one way every entry point enters it.
+    pub(crate) fn with_lambda(self, from: FromLambda) -> Self {
+        self.with_tenant(from.tenant)
+    }
+
+    fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
         if tenant.is_some() {
             self.tenant = tenant;
         }
@@ -211,7 +217,7 @@ pub async fn with_deadline<F: Future>(deadline: Option<SystemTime>, fut: F) -> F
 /// which every stored id in `fut` then includes.
 pub async fn with_context<F: Future>(context: &lambda_runtime::Context, fut: F) -> F::Output {
     let cx = CallContext::current()
-        .with_tenant(invocation::context_tenant(context))
+        .with_lambda(invocation::from_lambda(context))
         .with_deadline(invocation::context_deadline(context));
     fut.with_call_context(cx).await
 }
@@ -235,7 +241,7 @@ mod tests {
     async fn the_tenant_outlives_a_nested_deadline_and_an_empty_one_is_none() {
         let mut context = lambda_runtime::Context::default();
         context.tenant_id = Some(String::new());
-        assert_eq!(invocation::context_tenant(&context), None);
+        assert_eq!(invocation::from_lambda(&context).tenant, None);
         context.tenant_id = Some("a".into());
         let seen = with_context(&context, async {
             let nested = with_deadline(Some(SystemTime::now()), async { current_tenant() });

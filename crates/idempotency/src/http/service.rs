@@ -160,12 +160,13 @@ where
     };
     // Lambda's tenant (tenant isolation mode) keys the request's record: two tenants'
     // callers never share one, whatever the scope.
-    let tenant = request
+    let from_lambda = request
         .extensions()
         .get::<lambda_runtime::Context>()
-        .and_then(crate::context::invocation::context_tenant);
+        .map(crate::context::invocation::from_lambda)
+        .unwrap_or_default();
     let respond = respond_counted(s, inner, request, &mut count.outcome);
-    let cx = CallContext::current().with_tenant(tenant);
+    let cx = CallContext::current().with_lambda(from_lambda);
     respond.with_call_context(cx).await
 }
 

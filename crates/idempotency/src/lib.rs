@@ -93,8 +93,9 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use batch::KinesisBatch;
 pub use batch::{
-    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, PartialBatchResponse,
-    PermanentError, RecordFailure, RecordReport, SkippedRecord, SqsBatch,
+    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, KafkaBatch,
+    KafkaBatchItemFailure, KafkaBatchResponse, KafkaEvent, KafkaItemIdentifier, KafkaRecord,
+    PartialBatchResponse, PermanentError, RecordFailure, RecordReport, SkippedRecord, SqsBatch,
 };
 #[cfg(feature = "dynamodb-streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]

@@ -118,7 +118,8 @@ fn json_input<B: DeserializeOwned>(
 }
 
 /// Why the envelope acknowledges this change without running it, if it does.
-fn skip_reason(record: &EventRecord, envelope: &Envelope) -> Option<String> {
+fn skip_reason(record: &EventRecord, envelope: Option<&Envelope>) -> Option<String> {
+    let envelope = envelope.filter(|e| e.can_skip())?;
     let image: Value = StreamChange::from_record(record.clone())
         .ok()?
         .image_as()

@@ -74,6 +74,9 @@ pub(super) fn take_skipped<R: super::record::BatchRecord>(
 /// Why the envelope skips this body, if it does (a body that does not open is not
 /// skipped: it fails when it runs).
 pub(super) fn skip_reason_of(envelope: &Envelope, body: &[u8]) -> Option<String> {
+    if !envelope.can_skip() {
+        return None;
+    }
     match envelope.open(body) {
         Ok(Opened::Skip { reason }) => Some(reason),
         _ => None,

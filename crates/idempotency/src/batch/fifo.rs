@@ -1,4 +1,4 @@
-//! FIFO queues: records of one message group run in order, one after another.
+//! Records run in groups that keep their order: FIFO message groups, Kafka partitions.
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use std::collections::HashMap;
@@ -13,15 +13,22 @@ pub(super) fn group_records(records: Vec<SqsMessage>) -> Vec<Vec<(usize, SqsMess
     if !fifo {
         return records.into_iter().enumerate().map(|r| vec![r]).collect();
     }
-    let mut order: Vec<Vec<(usize, SqsMessage)>> = Vec::new();
-    let mut by_group: HashMap<String, usize> = HashMap::new();
-    for (index, record) in records.into_iter().enumerate() {
-        let group = record
+    group_by(records, |record| {
+        record
             .attributes
             .get("MessageGroupId")
             .cloned()
-            .unwrap_or_default();
-        let slot = *by_group.entry(group).or_insert_with(|| {
+            .unwrap_or_default()
+    })
+}
+
+/// `records` grouped by `key`, each record with its index in the event, groups in the
+/// order their first record comes.
+pub(super) fn group_by<R>(records: Vec<R>, key: impl Fn(&R) -> String) -> Vec<Vec<(usize, R)>> {
+    let mut order: Vec<Vec<(usize, R)>> = Vec::new();
+    let mut by_group: HashMap<String, usize> = HashMap::new();
+    for (index, record) in records.into_iter().enumerate() {
+        let slot = *by_group.entry(key(&record)).or_insert_with(|| {
             order.push(Vec::new());
             order.len() - 1
         });

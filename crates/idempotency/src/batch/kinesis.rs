@@ -95,8 +95,8 @@ fn json_input<B: DeserializeOwned>(
 }
 
 /// Why the envelope acknowledges this record without running it, if it does.
-fn skip_reason(record: &KinesisEventRecord, envelope: &Envelope) -> Option<String> {
-    envelope::skip_reason_of(envelope, &record.kinesis.data.0)
+fn skip_reason(record: &KinesisEventRecord, envelope: Option<&Envelope>) -> Option<String> {
+    envelope::skip_reason_of(envelope?, &record.kinesis.data.0)
 }
 
 impl BatchRecord for KinesisEventRecord {

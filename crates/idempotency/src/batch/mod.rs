@@ -20,6 +20,8 @@ mod dynamodb_json;
 mod dynamodb_streams;
 mod envelope;
 mod fifo;
+mod kafka;
+mod kafka_event;
 #[cfg(feature = "kinesis")]
 mod kinesis;
 mod record;
@@ -29,6 +31,10 @@ mod sqs;
 
 #[cfg(feature = "dynamodb-streams")]
 pub use dynamodb_streams::{DynamoDbStreamBatch, StreamChange};
+pub use kafka::KafkaBatch;
+pub use kafka_event::{
+    KafkaBatchItemFailure, KafkaBatchResponse, KafkaEvent, KafkaItemIdentifier, KafkaRecord,
+};
 #[cfg(feature = "kinesis")]
 pub use kinesis::KinesisBatch;
 pub use report::{

@@ -64,7 +64,7 @@ pub trait BatchResponse: Default + sealed::Sealed {
     fn add_failure(&mut self, item_id: String);
 }
 
-mod sealed {
+pub(super) mod sealed {
     pub trait Sealed {}
 }
 

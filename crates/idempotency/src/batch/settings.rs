@@ -22,18 +22,11 @@ pub(super) struct Settings {
     pub(super) deadline_margin: Duration,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) stop_at_permanent_failures: bool,
-    /// Streams: run the shard in order, stopping where a retry could fix a failure.
-    #[cfg_attr(
-        not(any(feature = "kinesis", feature = "dynamodb-streams")),
-        allow(dead_code)
-    )]
+    /// Streams and Kafka: run the shard (partition) in order, stopping where a retry could
+    /// fix a failure.
     pub(super) in_order: bool,
     /// Streams: wait for a key in progress elsewhere if its lease ends this long before the
     /// batch must answer.
-    #[cfg_attr(
-        not(any(feature = "kinesis", feature = "dynamodb-streams")),
-        allow(dead_code)
-    )]
     pub(super) time_to_run_after_a_wait: Option<Duration>,
     /// Where the request sits in each record's body (`run_json`, `report_json`).
     pub(super) envelope: Option<Arc<Envelope>>,
@@ -127,8 +120,7 @@ macro_rules! batch_setters {
 
 pub(super) use batch_setters;
 
-/// The setters of stream batches (Kinesis, DynamoDB Streams).
-#[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
+/// The setters of stream batches (Kinesis, DynamoDB Streams, Kafka).
 macro_rules! stream_setters {
     ($ty:ident) => {
         impl $ty {
@@ -159,7 +151,6 @@ macro_rules! stream_setters {
     };
 }
 
-#[cfg(any(feature = "kinesis", feature = "dynamodb-streams"))]
 pub(super) use stream_setters;
 
 /// `run`, `run_json`, `report_json` and `report` of a batch type, written once: each type
@@ -213,13 +204,10 @@ macro_rules! batch_entry_points {
                 let mut event = event;
                 let envelope = self.settings.envelope.clone();
                 let envelope = envelope.as_deref();
-                let skipped = match envelope {
-                    Some(envelope) if envelope.can_skip() => super::envelope::take_skipped(
-                        &mut event.payload.records,
-                        |record: &$record| skip_reason(record, envelope),
-                    ),
-                    _ => super::envelope::Skipped::none(),
-                };
+                let skipped = super::envelope::take_skipped(
+                    &mut event.payload.records,
+                    |record: &$record| skip_reason(record, envelope),
+                );
                 let handler = &handler;
                 let report = self
                     .report(event, move |record: $record| async move {

@@ -140,6 +140,6 @@ fn json_input<B: DeserializeOwned>(
 }
 
 /// Why the envelope acknowledges this message without running it, if it does.
-fn skip_reason(message: &SqsMessage, envelope: &Envelope) -> Option<String> {
-    envelope::skip_reason_of(envelope, message.body.as_deref()?.as_bytes())
+fn skip_reason(message: &SqsMessage, envelope: Option<&Envelope>) -> Option<String> {
+    envelope::skip_reason_of(envelope?, message.body.as_deref()?.as_bytes())
 }

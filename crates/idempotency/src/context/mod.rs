@@ -79,6 +79,7 @@ impl CallContext {
 
     /// An entry point of its own (a spawned HTTP request): the invocation and the tenant,
     /// none of the spawner's batch record, twins or running calls.
+    #[cfg(feature = "http")]
     pub(crate) fn entry(&self) -> Self {
         Self {
             invocation: self.invocation,
@@ -134,6 +135,7 @@ impl CallContext {
     }
 
     /// With twins waiting until `until` at most.
+    #[cfg(feature = "http")]
     pub(crate) fn waiting_until(mut self, until: SystemTime) -> Self {
         self.wait_until = Some(until);
         self

@@ -118,7 +118,11 @@ async fn the_same_key_with_another_inner_request_is_refused() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let failure = report.records[0].result.as_ref().unwrap_err();
     assert_eq!(failure.kind, FailureKind::Rejected, "{}", failure.reason);
-    assert!(failure.reason.contains("different payload"), "{}", failure.reason);
+    assert!(
+        failure.reason.contains("different payload"),
+        "{}",
+        failure.reason
+    );
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 mod compile;
 mod envelope;
+mod kafka;
 mod sqs;
 mod streams;
 

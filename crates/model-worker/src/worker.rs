@@ -15,8 +15,9 @@ use lambda_idempotency::store::dynamodb::AttributeNames;
 use lambda_idempotency::store::memory::MemoryWrites;
 use lambda_idempotency::{
     BatchReport, BatchResponse, DynamoDbStore, DynamoDbStreamBatch, Idempotency, InvalidBody,
-    KeyStrategy, KinesisBatch, MemoryStore, Operation, Outcome, OutcomeUnknown,
-    PartialBatchResponse, PermanentError, SqsBatch, WithWrites, idempotent,
+    KafkaBatch, KafkaBatchResponse, KafkaEvent, KeyStrategy, KinesisBatch, MemoryStore, Operation,
+    Outcome, OutcomeUnknown, PartialBatchResponse, PermanentError, SqsBatch, WithWrites,
+    idempotent,
 };
 use lambda_runtime::{Error, LambdaEvent};
 use serde::{Deserialize, Serialize};
@@ -90,14 +91,31 @@ pub enum Source {
     Kinesis,
     /// `aws:dynamodb`
     DynamoDbStreams,
+    /// `aws:kafka` (Amazon MSK) or `SelfManagedKafka`
+    Kafka,
 }
 
 impl Source {
     /// The source of `event` (a Lambda event as JSON); `None` for an empty batch, an error
     /// naming what was found for anything else.
     pub fn of(event: &Value) -> Result<Option<Source>, Error> {
+        // A Kafka event names its source once, beside a map of partitions.
+        if let Some(source @ ("aws:kafka" | "SelfManagedKafka")) =
+            event.get("eventSource").and_then(Value::as_str)
+        {
+            let empty = event
+                .get("records")
+                .and_then(Value::as_object)
+                .is_none_or(|partitions| {
+                    partitions
+                        .values()
+                        .all(|p| p.as_array().is_none_or(Vec::is_empty))
+                });
+            tracing::debug!(source, "a Kafka event");
+            return Ok((!empty).then_some(Source::Kafka));
+        }
         let Some(records) = event.get("Records").and_then(Value::as_array) else {
-            return Err("model-worker takes SQS, Kinesis or DynamoDB Streams events: this event has no `Records` list".into());
+            return Err("model-worker takes SQS, Kinesis, DynamoDB Streams or Kafka events: this event has no `Records` list, and no Kafka `eventSource`".into());
         };
         let Some(first) = records.first() else {
             return Ok(None);
@@ -112,7 +130,7 @@ impl Source {
             "aws:kinesis" => Ok(Some(Source::Kinesis)),
             "aws:dynamodb" => Ok(Some(Source::DynamoDbStreams)),
             other => Err(format!(
-                "model-worker takes SQS, Kinesis or DynamoDB Streams events: eventSource {other:?} is none of aws:sqs, aws:kinesis, aws:dynamodb"
+                "model-worker takes SQS, Kinesis, DynamoDB Streams or Kafka events: eventSource {other:?} is none of aws:sqs, aws:kinesis, aws:dynamodb"
             )
             .into()),
         }
@@ -127,6 +145,7 @@ pub struct Worker {
     sqs: SqsBatch,
     kinesis: KinesisBatch,
     dynamodb: DynamoDbStreamBatch,
+    kafka: KafkaBatch,
     answers: Option<AnswersTable>,
     check: StoreCheck,
 }
@@ -140,6 +159,7 @@ impl Worker {
             sqs: SqsBatch::new(),
             kinesis: KinesisBatch::new(),
             dynamodb: DynamoDbStreamBatch::new(),
+            kafka: KafkaBatch::new(),
             answers: None,
             check: StoreCheck::passed(),
         }
@@ -241,6 +261,11 @@ impl Worker {
                     .await?;
                 serde_json::to_value(response)?
             }
+            Some(Source::Kafka) => {
+                let event = serde_json::from_value(payload)?;
+                let response = self.handle_kafka(LambdaEvent::new(event, context)).await?;
+                serde_json::to_value(response)?
+            }
         };
         Ok(response)
     }
@@ -259,6 +284,14 @@ impl Worker {
         event: LambdaEvent<KinesisEvent>,
     ) -> Result<PartialBatchResponse<KinesisEventResponse>, Error> {
         done(self.process_kinesis(event).await)
+    }
+
+    /// The Lambda handler for a Kafka event (Amazon MSK or self-managed).
+    pub async fn handle_kafka(
+        &self,
+        event: LambdaEvent<KafkaEvent>,
+    ) -> Result<PartialBatchResponse<KafkaBatchResponse>, Error> {
+        done(self.process_kafka(event).await)
     }
 
     /// The Lambda handler for a DynamoDB Streams event.
@@ -288,6 +321,21 @@ impl Worker {
             .report_json(event, |request: ChatRequest, record| async move {
                 let seq = record.kinesis.sequence_number;
                 self.deliver(request, Some(&seq)).await
+            })
+            .await
+    }
+
+    /// Processes a Kafka batch (each record's value: the same JSON body as an SQS
+    /// message's; partitions at once, each in offset order) and says what happened to each
+    /// record.
+    pub async fn process_kafka(
+        &self,
+        event: LambdaEvent<KafkaEvent>,
+    ) -> BatchReport<Delivery, KafkaBatchResponse> {
+        self.kafka
+            .report_json(event, |request: ChatRequest, record| async move {
+                let at = format!("{}@{}", record.partition_key, record.offset);
+                self.deliver(request, Some(&at)).await
             })
             .await
     }

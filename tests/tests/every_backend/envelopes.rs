@@ -92,7 +92,35 @@ async fn a_body_that_is_no_notification_fails_alone_and_never_reaches_the_provid
     assert_eq!(s.provider.completion_calls(), 1);
 }
 
+async fn a_worker_that_dies_after_its_call_is_taken_over_by_the_next_publish(backend: Backend) {
+    let s = setup(backend, "sns-dies").await;
+    let worker = s.worker.clone().with_envelope(Envelope::sns());
+    s.provider.set_delay(Duration::from_secs(3));
+    let mut dying_event = deliver(SNS, Some(&[0]));
+    dying_event.context.deadline = epoch_millis(SystemTime::now() + Duration::from_millis(2500));
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(700), worker.handle(dying_event)).await;
+    assert!(dropped.is_err(), "the worker died mid-call");
+    assert_eq!(s.provider.completion_calls(), 1);
+    s.provider.set_delay(Duration::ZERO);
+    // The second publish while the lease lives: handed back for redelivery.
+    let early = worker.handle(deliver(SNS, Some(&[1]))).await.unwrap();
+    assert_eq!(failures(&early).len(), 1);
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let next = worker.handle(deliver(SNS, Some(&[1]))).await.unwrap();
+    assert!(failures(&next).is_empty(), "taken over after the lease");
+    assert_eq!(
+        s.provider.completion_calls(),
+        2,
+        "the dead worker's call and the takeover's"
+    );
+    let replay = worker.handle(deliver(SNS, Some(&[0]))).await.unwrap();
+    assert!(failures(&replay).is_empty());
+    assert_eq!(s.provider.completion_calls(), 2);
+}
+
 test_support::every_backend!(
+    a_worker_that_dies_after_its_call_is_taken_over_by_the_next_publish,
     two_sns_publishes_in_one_batch_call_the_provider_once,
     sns_publishes_in_separate_batches_call_the_provider_once,
     eventbridge_deliveries_call_the_provider_once,

@@ -10,6 +10,7 @@ mod dynamodb_writes;
 mod envelopes;
 mod fifo_queue;
 mod http;
+mod kafka;
 mod poller;
 mod redelivery;
 mod streams;

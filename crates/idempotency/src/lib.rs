@@ -93,9 +93,10 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub use batch::KinesisBatch;
 pub use batch::{
-    BatchError, BatchReport, BatchResponse, FailureKind, InvalidBody, KafkaBatch,
-    KafkaBatchItemFailure, KafkaBatchResponse, KafkaEvent, KafkaItemIdentifier, KafkaRecord,
-    PartialBatchResponse, PermanentError, RecordFailure, RecordReport, SkippedRecord, SqsBatch,
+    AwsLogs, BatchError, BatchReport, BatchResponse, CloudWatchLogsBatch, CloudWatchLogsEvent,
+    FailureKind, InvalidBody, KafkaBatch, KafkaBatchItemFailure, KafkaBatchResponse, KafkaEvent,
+    KafkaItemIdentifier, KafkaRecord, LogEvent, NoResponse, PartialBatchResponse, PermanentError,
+    RecordFailure, RecordReport, SkippedRecord, SqsBatch,
 };
 #[cfg(feature = "dynamodb-streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]

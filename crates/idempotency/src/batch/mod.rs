@@ -14,6 +14,7 @@
 //! becomes the handler's JSON input (`json_input`, `skip_reason`: the envelope), and its
 //! response type (`BatchResponse`, in `report.rs`).
 
+mod cloudwatch_logs;
 #[cfg(feature = "dynamodb-streams")]
 mod dynamodb_json;
 #[cfg(feature = "dynamodb-streams")]
@@ -29,6 +30,9 @@ mod report;
 mod settings;
 mod sqs;
 
+pub use cloudwatch_logs::{
+    AwsLogs, CloudWatchLogsBatch, CloudWatchLogsEvent, LogEvent, NoResponse,
+};
 #[cfg(feature = "dynamodb-streams")]
 pub use dynamodb_streams::{DynamoDbStreamBatch, StreamChange};
 pub use kafka::KafkaBatch;

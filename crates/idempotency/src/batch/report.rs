@@ -235,6 +235,23 @@ pub enum BatchError {
         /// Its position in the event.
         index: usize,
     },
+    /// A source without partial batch responses (CloudWatch Logs): some records failed,
+    /// so the invocation fails and Lambda retries it, then gives it to the on-failure
+    /// destination; the records that succeeded replay from the store.
+    SomeFailed {
+        /// Records that failed.
+        failed: usize,
+        /// Records in the batch.
+        count: usize,
+        /// The first failure's reason.
+        first_reason: String,
+    },
+    /// The event itself does not decode (CloudWatch Logs data that is not base64, gzip or
+    /// JSON): nothing could be run, and it will not decode next time either.
+    Malformed {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl fmt::Display for BatchError {
@@ -251,6 +268,17 @@ impl fmt::Display for BatchError {
                 f,
                 "record {index} failed and has no item id (messageId, sequence number) to report it by; failing the whole batch so it is retried"
             ),
+            BatchError::SomeFailed {
+                failed,
+                count,
+                first_reason,
+            } => write!(
+                f,
+                "{failed} of {count} records failed (first: {first_reason}); failing the invocation so Lambda retries it"
+            ),
+            BatchError::Malformed { reason } => {
+                write!(f, "the event does not decode: {reason}")
+            }
         }
     }
 }
@@ -273,6 +301,19 @@ impl fmt::Debug for BatchError {
                 .debug_struct("MissingItemId")
                 .field("index", index)
                 .finish(),
+            BatchError::SomeFailed {
+                failed,
+                count,
+                first_reason,
+            } => f
+                .debug_struct("SomeFailed")
+                .field("failed", failed)
+                .field("count", count)
+                .field("first_reason", first_reason)
+                .finish(),
+            BatchError::Malformed { reason } => {
+                f.debug_struct("Malformed").field("reason", reason).finish()
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ use std::fmt;
 /// | [`eventbridge`](Self::eventbridge) | `detail` of an EventBridge event (a rule's target queue) | |
 /// | [`s3`](Self::s3) | `Records[0].s3` of an S3 event notification (through SQS) | `s3:TestEvent` |
 /// | [`s3_sns`](Self::s3_sns) | the same, inside an SNS notification (S3 → SNS → SQS) | `s3:TestEvent` |
+/// | [`cloudwatch_logs`](Self::cloudwatch_logs) | the decoded `awslogs.data` of a CloudWatch Logs subscription (base64, gzip, JSON) | `CONTROL_MESSAGE` |
 /// | [`http_body`](Self::http_body) | `body` of an API Gateway or function URL event, base64-decoded when `isBase64Encoded` | |
 ///
 /// Others are composed: `Envelope::new().pointer("/payload").json_string()`. A pointer is
@@ -143,6 +144,23 @@ impl Envelope {
         let mut envelope = Self::sns();
         envelope.steps.extend(Self::s3().steps);
         envelope.named("s3_sns")
+    }
+
+    /// A CloudWatch Logs subscription's event: `awslogs.data`, base64 of gzip of JSON (the
+    /// log group, stream and `logEvents`). The subscription's `CONTROL_MESSAGE` (sent to
+    /// check the destination) is skipped. [`CloudWatchLogsBatch`](crate::CloudWatchLogsBatch)
+    /// opens it and runs each log event.
+    pub fn cloudwatch_logs() -> Self {
+        Self::new()
+            .pointer("/awslogs/data")
+            .base64()
+            .gzip()
+            .skip_when(
+                "/messageType",
+                "CONTROL_MESSAGE",
+                "a CloudWatch Logs control message (the subscription checking its destination)",
+            )
+            .named("cloudwatch_logs")
     }
 
     /// API Gateway (REST or HTTP API) or a function URL, invoked directly: the request is

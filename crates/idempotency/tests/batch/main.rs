@@ -1,6 +1,7 @@
 //! Batches from fixture events, as Lambda delivers them: SQS (standard and FIFO), Kinesis
 //! and DynamoDB Streams, through the machinery they share.
 
+mod cloudwatch_logs;
 mod compile;
 mod envelope;
 mod kafka;

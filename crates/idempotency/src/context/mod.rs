@@ -27,9 +27,22 @@ tokio::task_local! {
     static CURRENT: CallContext;
 }
 
-/// What a call inherits. Cheap to clone: a few `Arc`s and times.
+/// What a call inherits. Three pointers: cheap to clone, and cheap to swap into the slot,
+/// which a scope does on every poll of its future.
 #[derive(Clone, Default)]
 pub(crate) struct CallContext {
+    /// What the entry points set, shared by every call under them (`None`: nothing set).
+    inherited: Option<Arc<Inherited>>,
+    /// The calls whose function runs around this one, by handle and id: a call nested in
+    /// one with its own id is no twin, it would wait for its own caller.
+    enclosing: Option<Arc<Vec<(usize, String)>>>,
+    /// The running call's mark: set when its function says its outcome is unknown.
+    outcome_unknown: Option<Arc<AtomicBool>>,
+}
+
+/// What the entry points set (read through [`CallContext`]'s `Deref`).
+#[derive(Clone, Default)]
+pub(crate) struct Inherited {
     /// The invocation's deadline and when its batch answers; bounds every lease.
     pub(crate) invocation: Option<Invocation>,
     /// Lambda's tenant (tenant isolation mode): part of every stored id. Apart from the
@@ -44,23 +57,31 @@ pub(crate) struct CallContext {
     /// The batch record's attempt the call belongs to: also what tells a batch record's
     /// call from a direct one.
     pub(crate) record: Option<Arc<RecordScope>>,
-    /// The calls whose function runs around this one, by handle and id: a call nested in
-    /// one with its own id is no twin, it would wait for its own caller.
-    enclosing: Option<Arc<Vec<(usize, String)>>>,
-    /// The running call's mark: set when its function says its outcome is unknown.
-    outcome_unknown: Option<Arc<AtomicBool>>,
 }
 
-/// The context outside any: what `read` lends when no context is set.
-const EMPTY: CallContext = CallContext {
+/// Nothing inherited.
+static NOTHING: Inherited = Inherited {
     invocation: None,
     tenant: None,
     twins: None,
     wait_until: None,
     record: None,
+};
+
+/// The context outside any: what `read` lends when no context is set.
+const EMPTY: CallContext = CallContext {
+    inherited: None,
     enclosing: None,
     outcome_unknown: None,
 };
+
+impl std::ops::Deref for CallContext {
+    type Target = Inherited;
+
+    fn deref(&self) -> &Inherited {
+        self.inherited.as_deref().unwrap_or(&NOTHING)
+    }
+}
 
 impl CallContext {
     /// The context this code runs in (empty outside any).
@@ -77,21 +98,28 @@ impl CallContext {
         }
     }
 
+    /// What the entry points set, to change: copied first when shared.
+    fn inherited_mut(&mut self) -> &mut Inherited {
+        Arc::make_mut(self.inherited.get_or_insert_with(Default::default))
+    }
+
     /// An entry point of its own (a spawned HTTP request): the invocation and the tenant,
     /// none of the spawner's batch record, twins or running calls.
     #[cfg(feature = "http")]
     pub(crate) fn entry(&self) -> Self {
-        Self {
-            invocation: self.invocation,
-            tenant: self.tenant.clone(),
-            ..Self::default()
+        let mut cx = Self::default();
+        if self.invocation.is_some() || self.tenant.is_some() {
+            let inherited = cx.inherited_mut();
+            inherited.invocation = self.invocation;
+            inherited.tenant = self.tenant.clone();
         }
+        cx
     }
 
     /// Within `invocation`; `None` keeps the enclosing one.
     pub(crate) fn with_invocation(mut self, invocation: Option<Invocation>) -> Self {
         if invocation.is_some() {
-            self.invocation = invocation;
+            self.inherited_mut().invocation = invocation;
         }
         self
     }
@@ -113,37 +141,37 @@ impl CallContext {
         }
     }
 
-    /// With `tenant`; `None` keeps the enclosing tenant: a context without one, met inside
-    /// a tenant's invocation, never lets its calls out of that tenant's records.
     /// This context inheriting what a Lambda invocation gives a call (its tenant; the
     /// deadline apart, see [`FromLambda`]): the one way every entry point enters it.
     pub(crate) fn with_lambda(self, from: FromLambda) -> Self {
         self.with_tenant(from.tenant)
     }
 
+    /// With `tenant`; `None` keeps the enclosing tenant: a context without one, met inside
+    /// a tenant's invocation, never lets its calls out of that tenant's records.
     fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
         if tenant.is_some() {
-            self.tenant = tenant;
+            self.inherited_mut().tenant = tenant;
         }
         self
     }
 
     /// With `twins` as the registry where twins meet.
     pub(crate) fn with_twins(mut self, twins: Arc<InFlight>) -> Self {
-        self.twins = Some(twins);
+        self.inherited_mut().twins = Some(twins);
         self
     }
 
     /// With twins waiting until `until` at most.
     #[cfg(feature = "http")]
     pub(crate) fn waiting_until(mut self, until: SystemTime) -> Self {
-        self.wait_until = Some(until);
+        self.inherited_mut().wait_until = Some(until);
         self
     }
 
     /// Within one attempt at a batch record.
     pub(crate) fn with_record(mut self, record: Arc<RecordScope>) -> Self {
-        self.record = Some(record);
+        self.inherited_mut().record = Some(record);
         self
     }
 

@@ -200,3 +200,47 @@ fn no_steps_is_the_body_itself_and_steps_are_listed() {
     );
     let _ = Step::Base64;
 }
+
+#[test]
+fn an_sns_subscription_confirmation_on_the_queue_is_the_carriers_own_message() {
+    // What SNS puts on a queue subscribed across accounts: not a request, and its Message is
+    // prose, not JSON. It is acknowledged as the carrier's own message (like S3's test
+    // event), not refused as a malformed request with "not JSON" and sent to the DLQ.
+    for kind in ["SubscriptionConfirmation", "UnsubscribeConfirmation"] {
+        let body = json!({
+            "Type": kind,
+            "MessageId": "165545c9-2a5c-472c-8df2-7ff2be2b3b1b",
+            "Token": "2336412f37f",
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:requests",
+            "Message": "You have chosen to subscribe to the topic arn:aws:sns:us-east-1:123456789012:requests.\nTo confirm the subscription, visit the SubscribeURL included in this message.",
+            "SubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=2336412f37f",
+            "Timestamp": "2026-12-05T07:00:00.000Z",
+            "SignatureVersion": "1",
+        });
+        for envelope in [Envelope::sns(), Envelope::s3_sns()] {
+            match envelope.open(body.to_string().as_bytes()) {
+                Ok(Opened::Skip { .. }) => {}
+                other => panic!("{kind} through {}: {other:?}", envelope.name()),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gzip_body_with_a_second_member_is_not_silently_cut_to_the_first() {
+    // gzip(A) followed by gzip(B) is one valid gzip stream (RFC 1952 members). Reading only
+    // A acknowledges B without running it; the body must be refused or read whole.
+    let gz = |text: &str| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    let mut bytes = gz(r#"{"id": "a"}"#);
+    bytes.extend(gz(r#"{"id": "b"}"#));
+    let body = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let opened = Envelope::new().base64().gzip().open(body.as_bytes());
+    assert!(
+        opened.is_err(),
+        "the second member was dropped without a word: {opened:?}"
+    );
+}

@@ -67,9 +67,9 @@ impl IdempotentLayer {
     /// event: [`Envelope::http_body`] for an API Gateway event invoked directly,
     /// [`Envelope::eventbridge`] for an EventBridge rule's target. The handler still gets
     /// the whole event. A payload the envelope does not open is refused for good
-    /// ([`Error::MalformedBody`](crate::Error::MalformedBody)) before anything is claimed;
-    /// a carrier's own message the envelope skips (an S3 `s3:TestEvent`) runs the handler
-    /// without a claim, as there is no request to key.
+    /// ([`Error::MalformedBody`](crate::Error::MalformedBody)) before anything is claimed,
+    /// and so is a carrier's own message the envelope skips (an S3 `s3:TestEvent`): there
+    /// is no request to key, and the handler never runs unclaimed.
     pub fn envelope(mut self, envelope: Envelope) -> Self {
         self.envelope = Some(Arc::new(envelope));
         self
@@ -146,10 +146,13 @@ where
             if let Some(envelope) = envelope {
                 payload = match envelope.open_value(payload) {
                     Ok(Opened::Request(request)) => request,
+                    // Not a request, and nothing to key: never run unclaimed.
                     Ok(Opened::Skip { reason }) => {
-                        // Nothing to key: the handler answers the carrier's own message.
-                        tracing::info!("not a request, run without a claim: {reason}");
-                        return inner.call(event).await.map_err(Into::into);
+                        let e = Error::MalformedBody {
+                            reason: format!("not a request: {reason}"),
+                        };
+                        tracing::warn!(error = %e, "idempotency refused the invocation");
+                        return Err(e.into());
                     }
                     Err(e) => {
                         let e = Error::MalformedBody {

@@ -244,3 +244,24 @@ fn a_gzip_body_with_a_second_member_is_not_silently_cut_to_the_first() {
         "the second member was dropped without a word: {opened:?}"
     );
 }
+
+#[test]
+#[should_panic(expected = "does not start with '/'")]
+fn a_pointer_without_its_slash_fails_where_the_envelope_is_built() {
+    let _ = Envelope::new().pointer("detail");
+}
+
+#[test]
+fn a_body_that_inflates_past_the_bound_is_refused_not_read_whole() {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![b' '; 9 * 1024 * 1024]).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+    let body = json!({ "d": data }).to_string();
+    let e = Envelope::new()
+        .pointer("/d")
+        .base64()
+        .gzip()
+        .open(body.as_bytes())
+        .unwrap_err();
+    assert!(e.reason.contains("inflates past"), "{e}");
+}

@@ -291,3 +291,26 @@ async fn an_envelope_keys_the_request_inside_the_event_and_a_bad_one_is_refused_
     assert!(e.to_string().contains("eventbridge envelope"), "{e}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_carriers_own_message_is_refused_never_run_unclaimed() {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handler = service_fn(move |_: LambdaEvent<Value>| {
+        let calls = counted.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, lambda_runtime::Error>(json!({}))
+        }
+    });
+    let op = Operation::new("ingest", KeyStrategy::hash_payload());
+    let layer = IdempotentLayer::new(Idempotency::new(MemoryStore::new()), op)
+        .envelope(lambda_idempotency::Envelope::s3());
+    let mut service = ServiceBuilder::new().layer(layer).service(handler);
+    let test_event =
+        json!({"Event": "s3:TestEvent", "Records": [{"s3": {"object": {"key": "k"}}}]});
+    let err = call(&mut service, test_event).await.unwrap_err();
+    let e = err.downcast_ref::<Error>().expect("the library's error");
+    assert!(matches!(e, Error::MalformedBody { .. }), "{e}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}

@@ -101,6 +101,15 @@ impl Default for Envelope {
     }
 }
 
+/// `pointer`, if it is an RFC 6901 pointer; a panic naming it otherwise.
+fn checked(pointer: String) -> String {
+    assert!(
+        pointer.is_empty() || pointer.starts_with('/'),
+        "envelope pointer {pointer:?} does not start with '/' (RFC 6901: write \"/{pointer}\")"
+    );
+    pointer
+}
+
 /// What S3 sends once when a notification is set up: no `Records`.
 const S3_TEST_EVENT: &str = "s3:TestEvent";
 
@@ -114,9 +123,21 @@ impl Envelope {
     }
 
     /// SNS → SQS (raw message delivery off): the request is the notification's
-    /// `Message`, a string holding JSON.
+    /// `Message`, a string holding JSON. SNS's own messages on the queue (a
+    /// `SubscriptionConfirmation` or `UnsubscribeConfirmation`, sent when a queue in
+    /// another account subscribes) are skipped, and logged with their reason.
+    ///
+    /// Not Powertools' `SNS`, which reads `Records[0].Sns.Message` of SNS invoking a
+    /// function directly: for that, `Envelope::new().pointer("/Records/0/Sns/Message").json_string()`.
     pub fn sns() -> Self {
-        Self::new().pointer("/Message").json_string().named("sns")
+        let own =
+            "an SNS message of its own, not a notification (confirm or ignore the subscription)";
+        Self::new()
+            .skip_when("/Type", "SubscriptionConfirmation", own)
+            .skip_when("/Type", "UnsubscribeConfirmation", own)
+            .pointer("/Message")
+            .json_string()
+            .named("sns")
     }
 
     /// EventBridge → SQS: the request is the event's `detail`.
@@ -174,8 +195,12 @@ impl Envelope {
 
     /// Takes the value at an RFC 6901 `pointer` (`/detail`, `/Records/0/s3`). Missing: the
     /// body is refused.
+    ///
+    /// # Panics
+    /// When `pointer` is neither empty nor starts with `/` (`detail` for `/detail`): it
+    /// would refuse every body, so it fails where the envelope is built, at start-up.
     pub fn pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.steps.push(Step::Pointer(pointer.into()));
+        self.steps.push(Step::Pointer(checked(pointer.into())));
         self
     }
 
@@ -201,6 +226,9 @@ impl Envelope {
     /// Skips the body when the string at `pointer` equals `value`: a carrier's own
     /// message (a subscription's confirmation, a test event), acknowledged without
     /// running. Checked where it stands among the steps.
+    ///
+    /// # Panics
+    /// As [`pointer`](Self::pointer), for a pointer that does not start with `/`.
     pub fn skip_when(
         mut self,
         pointer: impl Into<String>,
@@ -208,7 +236,7 @@ impl Envelope {
         reason: impl Into<String>,
     ) -> Self {
         self.steps.push(Step::SkipWhen {
-            pointer: pointer.into(),
+            pointer: checked(pointer.into()),
             value: value.into(),
             reason: reason.into(),
         });

@@ -31,8 +31,9 @@ pub enum Step {
 }
 
 /// The most an inflated gzip body may hold: a body past it is refused, not read into
-/// memory whole (a CloudWatch Logs batch inflates to a few megabytes).
-const MAX_INFLATED: u64 = 64 * 1024 * 1024;
+/// memory whole (a CloudWatch Logs batch holds at most 1 MiB of log events; parsed as
+/// JSON, a body grows several times again).
+const MAX_INFLATED: u64 = 8 * 1024 * 1024;
 
 /// What a step hands the next: bytes not yet parsed, or JSON.
 pub(super) enum Carried {
@@ -133,7 +134,8 @@ pub(super) fn run(steps: &[Step], mut carried: Carried) -> Result<Opened, String
 
 fn inflate(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    let mut reader = flate2::read::GzDecoder::new(bytes).take(MAX_INFLATED + 1);
+    // Every member: a body of two read as its first would lose the second unrun.
+    let mut reader = flate2::read::MultiGzDecoder::new(bytes).take(MAX_INFLATED + 1);
     reader
         .read_to_end(&mut out)
         .map_err(|e| format!("not gzip ({e})"))?;

@@ -2,7 +2,7 @@
 
 use super::envelope;
 use super::record::{BatchRecord, GroupRule};
-use super::report::{BatchError, BatchReport, BatchResponse, SkippedRecord};
+use super::report::{BatchError, BatchReport, SkippedRecord};
 use super::settings::{Settings, batch_setters};
 use crate::context::{CallContext, WithCallContext, invocation};
 use crate::envelope::{Envelope, Opened};
@@ -73,15 +73,11 @@ impl BatchRecord for LogEvent {
 }
 
 /// The answer of a CloudWatch Logs batch: none, as the invocation is asynchronous; only
-/// whether it failed counts ([`BatchReport::into_result`]).
+/// whether it failed counts ([`BatchReport::into_result`]). Not a [`BatchResponse`]: a
+/// report of it has no `into_response`, which would answer `Ok` over failed events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NoResponse;
-
-impl super::report::sealed::Sealed for NoResponse {}
-impl BatchResponse for NoResponse {
-    fn add_failure(&mut self, _item_id: String) {}
-}
 
 impl<T> BatchReport<T, NoResponse> {
     /// The invocation's result: `Ok` when every log event ran or was skipped, otherwise
@@ -109,7 +105,9 @@ impl<T> BatchReport<T, NoResponse> {
 /// fails, [`run`](Self::run) and [`run_json`](Self::run_json) fail the invocation
 /// ([`BatchError::SomeFailed`]); Lambda retries it (twice by default), the events that ran
 /// answer from the store, and a last failure goes to the function's on-failure destination
-/// or dead-letter queue. The subscription's `CONTROL_MESSAGE` runs nothing.
+/// or dead-letter queue. The subscription's `CONTROL_MESSAGE` runs nothing. As every
+/// failure fails the invocation, `fail_invocation_when_all_fail` and
+/// `stop_at_permanent_failures` change nothing here.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -199,7 +197,11 @@ impl CloudWatchLogsBatch {
     {
         let envelope = self.settings.envelope.as_deref();
         let handler = &handler;
-        self.report(event, move |log: LogEvent| async move {
+        // The envelope's own messages are acknowledged, as in every batch.
+        let skip = move |log: &LogEvent| {
+            envelope.and_then(|e| envelope::skip_reason_of(e, log.message.as_bytes()))
+        };
+        self.report_skipping(event, skip, move |log: LogEvent| async move {
             let body: B = envelope::parse(Some(&log.id), log.message.as_bytes(), envelope)
                 .map_err(BoxError::from)?;
             handler(body, log).await.map_err(Into::into)
@@ -219,11 +221,31 @@ impl CloudWatchLogsBatch {
         Fut: Future<Output = Result<T, E>>,
         E: Into<BoxError>,
     {
+        self.report_skipping(event, |_: &LogEvent| None, handler)
+            .await
+    }
+
+    /// [`report`](Self::report), acknowledging without running the log events `skip`
+    /// names a reason for.
+    async fn report_skipping<T, E, F, Fut>(
+        &self,
+        event: lambda_runtime::LambdaEvent<CloudWatchLogsEvent>,
+        skip: impl Fn(&LogEvent) -> Option<String>,
+        handler: F,
+    ) -> Result<BatchReport<T, NoResponse>, BatchError>
+    where
+        F: Fn(LogEvent) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<BoxError>,
+    {
         let malformed = |reason: String| BatchError::Malformed { reason };
         let value = serde_json::to_value(&event.payload).map_err(|e| malformed(e.to_string()))?;
         let data: LogsData = match Envelope::cloudwatch_logs().open_value(value) {
             Ok(Opened::Request(data)) => serde_json::from_value(data)
-                .map_err(|e| malformed(format!("not CloudWatch Logs data ({e})")))?,
+                .map_err(|e| {
+                    let e = super::record::without_values(&e.to_string());
+                    malformed(format!("not CloudWatch Logs data ({e})"))
+                })?,
             Ok(Opened::Skip { reason }) => {
                 tracing::info!("acknowledged without running: {reason}");
                 crate::metrics::batch_skipped("envelope");
@@ -240,7 +262,7 @@ impl CloudWatchLogsBatch {
             }
             Err(e) => return Err(malformed(e.to_string())),
         };
-        let records: Vec<LogEvent> = data
+        let mut records: Vec<LogEvent> = data
             .log_events
             .into_iter()
             .map(|e| LogEvent {
@@ -261,9 +283,10 @@ impl CloudWatchLogsBatch {
             stop_at_permanent: self.settings.stop_at_permanent_failures,
             wait_for_in_progress: None,
         };
+        let skipped = envelope::take_skipped(&mut records, skip);
         let groups = records.into_iter().enumerate().map(|r| vec![r]).collect();
         let run = super::run_groups(&self.settings, groups, rule, deadline, handler);
         let cx = CallContext::current().with_lambda(invocation::from_lambda(&event.context));
-        Ok(run.with_call_context(cx).await)
+        Ok(skipped.into_report(run.with_call_context(cx).await))
     }
 }

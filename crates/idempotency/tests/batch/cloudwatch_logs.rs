@@ -160,3 +160,25 @@ async fn data_that_does_not_decode_fails_the_invocation_with_its_reason() {
     }
     assert!(ran.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn the_batch_envelope_skips_its_own_messages_and_opens_the_rest() {
+    let envelope = lambda_idempotency::Envelope::new()
+        .skip_when("/type", "heartbeat", "a heartbeat, not an alert")
+        .pointer("/alert");
+    let report = CloudWatchLogsBatch::new()
+        .envelope(envelope)
+        .report_json(
+            logs(&[("1", r#"{"type": "heartbeat"}"#), ("2", r#"{"alert": {"n": 2}}"#)]),
+            |alert: Value, _| async move {
+                assert_eq!(alert, json!({"n": 2}));
+                Ok::<_, lambda_runtime::Error>(())
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.skipped[0].item_id.as_deref(), Some("1"));
+    assert_eq!(report.records.len(), 1);
+    report.into_result().unwrap();
+}

@@ -73,7 +73,7 @@ impl BatchRecord for LogEvent {
 }
 
 /// The answer of a CloudWatch Logs batch: none, as the invocation is asynchronous; only
-/// whether it failed counts ([`BatchReport::into_result`]). Not a [`BatchResponse`]: a
+/// whether it failed counts ([`BatchReport::into_result`]). Not a [`BatchResponse`](crate::BatchResponse): a
 /// report of it has no `into_response`, which would answer `Ok` over failed events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -241,11 +241,10 @@ impl CloudWatchLogsBatch {
         let malformed = |reason: String| BatchError::Malformed { reason };
         let value = serde_json::to_value(&event.payload).map_err(|e| malformed(e.to_string()))?;
         let data: LogsData = match Envelope::cloudwatch_logs().open_value(value) {
-            Ok(Opened::Request(data)) => serde_json::from_value(data)
-                .map_err(|e| {
-                    let e = super::record::without_values(&e.to_string());
-                    malformed(format!("not CloudWatch Logs data ({e})"))
-                })?,
+            Ok(Opened::Request(data)) => serde_json::from_value(data).map_err(|e| {
+                let e = super::record::without_values(&e.to_string());
+                malformed(format!("not CloudWatch Logs data ({e})"))
+            })?,
             Ok(Opened::Skip { reason }) => {
                 tracing::info!("acknowledged without running: {reason}");
                 crate::metrics::batch_skipped("envelope");

@@ -169,7 +169,10 @@ async fn the_batch_envelope_skips_its_own_messages_and_opens_the_rest() {
     let report = CloudWatchLogsBatch::new()
         .envelope(envelope)
         .report_json(
-            logs(&[("1", r#"{"type": "heartbeat"}"#), ("2", r#"{"alert": {"n": 2}}"#)]),
+            logs(&[
+                ("1", r#"{"type": "heartbeat"}"#),
+                ("2", r#"{"alert": {"n": 2}}"#),
+            ]),
             |alert: Value, _| async move {
                 assert_eq!(alert, json!({"n": 2}));
                 Ok::<_, lambda_runtime::Error>(())

@@ -221,28 +221,35 @@ async fn a_kinesis_batch_opens_each_records_data_through_its_envelope() {
     let calls = AtomicU32::new(0);
     let mut event = KinesisEvent::default();
     let data = |n: &str, id: &str| json!({"detail": {"id": id}, "id": n}).to_string();
-    event.records = [("1", data("e1", "k")), ("2", data("e2", "k")), ("3", "{}".to_owned())]
-        .into_iter()
-        .map(|(seq, data)| {
-            let mut record = KinesisEventRecord::default();
-            record.kinesis.sequence_number = seq.to_owned();
-            record.kinesis.data.0 = data.into_bytes();
-            record
-        })
-        .collect();
+    event.records = [
+        ("1", data("e1", "k")),
+        ("2", data("e2", "k")),
+        ("3", "{}".to_owned()),
+    ]
+    .into_iter()
+    .map(|(seq, data)| {
+        let mut record = KinesisEventRecord::default();
+        record.kinesis.sequence_number = seq.to_owned();
+        record.kinesis.data.0 = data.into_bytes();
+        record
+    })
+    .collect();
     let report = lambda_idempotency::KinesisBatch::new()
         .envelope(Envelope::eventbridge())
-        .report_json(LambdaEvent::new(event, Context::default()), |request: Value, _| {
-            let (idempotency, op, calls) = (&idempotency, &op, &calls);
-            async move {
-                idempotency
-                    .run(op, &request, || async {
-                        calls.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, lambda_runtime::Error>(())
-                    })
-                    .await
-            }
-        })
+        .report_json(
+            LambdaEvent::new(event, Context::default()),
+            |request: Value, _| {
+                let (idempotency, op, calls) = (&idempotency, &op, &calls);
+                async move {
+                    idempotency
+                        .run(op, &request, || async {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            Ok::<_, lambda_runtime::Error>(())
+                        })
+                        .await
+                }
+            },
+        )
         .await;
     let kinds: Vec<_> = report
         .records
@@ -250,7 +257,11 @@ async fn a_kinesis_batch_opens_each_records_data_through_its_envelope() {
         .map(|r| r.result.as_ref().err().map(|f| f.kind))
         .collect();
     assert_eq!(kinds, vec![None, None, Some(FailureKind::MalformedBody)]);
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "keyed on the detail's id, not the event's");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "keyed on the detail's id, not the event's"
+    );
 }
 
 #[tokio::test]
@@ -258,10 +269,14 @@ async fn a_dynamodb_stream_keeps_every_place_when_an_envelope_and_removals_both_
     use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
     let change = |seq: &str, name: &str, payload: &str| {
         let image = json!({"payload": {"S": payload}});
-        let (new, old) = if name == "REMOVE" { (Value::Null, image) } else { (image, Value::Null) };
+        let (new, old) = if name == "REMOVE" {
+            (Value::Null, image)
+        } else {
+            (image, Value::Null)
+        };
         json!({
-            "eventID": seq, "eventName": name, "eventSource": "aws:dynamodb",
-            "dynamodb": {"SequenceNumber": seq, "Keys": {"id": {"S": seq}},
+            "eventID": seq, "eventName": name, "eventSource": "aws:dynamodb", "awsRegion": "us-east-1", "eventVersion": "1.1",
+            "dynamodb": {"SequenceNumber": seq, "SizeBytes": 100, "Keys": {"id": {"S": seq}},
                          "NewImage": new, "OldImage": old, "StreamViewType": "NEW_AND_OLD_IMAGES"},
         })
     };
@@ -278,10 +293,13 @@ async fn a_dynamodb_stream_keeps_every_place_when_an_envelope_and_removals_both_
         .skip_when("/kind", "probe", "a probe");
     let report = lambda_idempotency::DynamoDbStreamBatch::new()
         .envelope(envelope)
-        .report_json(LambdaEvent::new(event, Context::default()), |request: Value, _| async move {
-            assert_eq!(request["id"], "k");
-            Ok::<_, lambda_runtime::Error>(())
-        })
+        .report_json(
+            LambdaEvent::new(event, Context::default()),
+            |request: Value, _| async move {
+                assert_eq!(request["id"], "k");
+                Ok::<_, lambda_runtime::Error>(())
+            },
+        )
         .await;
     let skipped: Vec<_> = report
         .skipped
@@ -289,8 +307,15 @@ async fn a_dynamodb_stream_keeps_every_place_when_an_envelope_and_removals_both_
         .map(|s| (s.index, s.item_id.clone().unwrap()))
         .collect();
     assert_eq!(skipped, vec![(0, "1".to_owned()), (1, "2".to_owned())]);
-    let ran: Vec<_> = report.records.iter().map(|r| r.item_id.clone().unwrap()).collect();
+    let ran: Vec<_> = report
+        .records
+        .iter()
+        .map(|r| r.item_id.clone().unwrap())
+        .collect();
     assert_eq!(ran, vec!["3", "4"]);
     let response = serde_json::to_value(&*report.into_response().unwrap()).unwrap();
-    assert_eq!(response, json!({"batchItemFailures": [{"itemIdentifier": "3"}]}));
+    assert_eq!(
+        response,
+        json!({"batchItemFailures": [{"itemIdentifier": "3"}]})
+    );
 }

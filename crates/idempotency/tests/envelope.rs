@@ -265,3 +265,22 @@ fn a_body_that_inflates_past_the_bound_is_refused_not_read_whole() {
         .unwrap_err();
     assert!(e.reason.contains("inflates past"), "{e}");
 }
+
+#[test]
+fn a_body_under_the_bound_opens_whole() {
+    // 7 MiB of JSON whitespace around one value: under the 8 MiB bound, read whole.
+    let mut document = b"[".to_vec();
+    document.extend(vec![b' '; 7 * 1024 * 1024]);
+    document.extend(b"1]");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&document).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+    let body = json!({ "d": data }).to_string();
+    let opened = Envelope::new()
+        .pointer("/d")
+        .base64()
+        .gzip()
+        .open(body.as_bytes())
+        .unwrap();
+    assert_eq!(request(opened), json!([1]));
+}

@@ -185,3 +185,48 @@ async fn the_batch_envelope_skips_its_own_messages_and_opens_the_rest() {
     assert_eq!(report.records.len(), 1);
     report.into_result().unwrap();
 }
+
+#[tokio::test]
+async fn run_fails_the_invocation_while_an_event_failed_and_counts_the_skipped_ones() {
+    // `run` hands each log event over as it came.
+    let failing = CloudWatchLogsBatch::new()
+        .run(logs(&[("1", "a"), ("2", "b")]), |log| async move {
+            match log.id.as_str() {
+                "2" => Err(lambda_runtime::Error::from("down")),
+                _ => Ok(()),
+            }
+        })
+        .await;
+    assert!(
+        matches!(
+            failing,
+            Err(BatchError::SomeFailed {
+                failed: 1,
+                count: 2,
+                ..
+            })
+        ),
+        "{failing:?}"
+    );
+    // Skipped events count in the batch's size, beside the ones that ran.
+    let envelope = lambda_idempotency::Envelope::new().skip_when("/type", "heartbeat", "hb");
+    let err = CloudWatchLogsBatch::new()
+        .envelope(envelope)
+        .run_json(
+            logs(&[("1", r#"{"type": "heartbeat"}"#), ("2", r#"{"type": "x"}"#)]),
+            |_: Value, _| async { Err::<(), _>(lambda_runtime::Error::from("down")) },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BatchError::SomeFailed {
+                failed: 1,
+                count: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}

@@ -267,3 +267,20 @@ fn headers_and_keys_read_as_lambda_sends_them() {
     let empty: KafkaEvent = serde_json::from_value(json!({"records": null})).unwrap();
     assert!(empty.records.is_empty());
 }
+
+#[test]
+fn an_item_id_that_names_no_offset_fails_the_whole_batch() {
+    use lambda_idempotency::BatchResponse;
+    // Offset -1 is in no event: Lambda reads the response as failed and retries the
+    // whole batch, which loses nothing.
+    let mut response = KafkaBatchResponse::default();
+    BatchResponse::add_failure(&mut response, "no offset here".to_owned());
+    BatchResponse::add_failure(&mut response, "orders-3@12".to_owned());
+    assert_eq!(
+        serde_json::to_value(&response).unwrap(),
+        json!({"batchItemFailures": [
+            {"itemIdentifier": {"partition": "no offset here", "offset": -1}},
+            {"itemIdentifier": {"partition": "orders-3", "offset": 12}},
+        ]})
+    );
+}

@@ -2,11 +2,11 @@
 //! every store and a real local HTTP provider: two publishes of one request differ in
 //! their envelopes, and the provider is called once.
 
-use super::redelivery::setup;
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use super::redelivery::{failures, invocation, setup};
+use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_idempotency::Envelope;
 use lambda_idempotency::store::epoch_millis;
-use lambda_runtime::{Context, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use serde_json::json;
 use std::time::{Duration, SystemTime};
 use test_support::stores::Backend;
@@ -16,21 +16,7 @@ const EVENTBRIDGE: &str = include_str!("../../../events/eventbridge-to-sqs.json"
 
 /// The records of `fixture` at `pick` (all when `None`), as one invocation.
 fn deliver(fixture: &str, pick: Option<&[usize]>) -> LambdaEvent<SqsEvent> {
-    let mut event: SqsEvent = serde_json::from_str(fixture).expect("fixture");
-    if let Some(pick) = pick {
-        event.records = pick.iter().map(|i| event.records[*i].clone()).collect();
-    }
-    let mut context = Context::default();
-    context.deadline = epoch_millis(SystemTime::now() + Duration::from_secs(30));
-    LambdaEvent::new(event, context)
-}
-
-fn failures(response: &SqsBatchResponse) -> Vec<String> {
-    response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
+    invocation(fixture, pick, Duration::from_secs(30))
 }
 
 async fn two_sns_publishes_in_one_batch_call_the_provider_once(backend: Backend) {

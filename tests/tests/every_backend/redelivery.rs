@@ -54,7 +54,11 @@ pub(crate) async fn setup(backend: Backend, test: &str) -> Setup {
 }
 
 /// An invocation of `records` (all records of `fixture`, or those at `pick`) with a deadline.
-fn invocation(fixture: &str, pick: Option<&[usize]>, deadline: Duration) -> LambdaEvent<SqsEvent> {
+pub(crate) fn invocation(
+    fixture: &str,
+    pick: Option<&[usize]>,
+    deadline: Duration,
+) -> LambdaEvent<SqsEvent> {
     let mut event: SqsEvent = serde_json::from_str(fixture).expect("fixture");
     if let Some(pick) = pick {
         event.records = pick.iter().map(|i| event.records[*i].clone()).collect();
@@ -68,7 +72,7 @@ fn deliver(fixture: &str) -> LambdaEvent<SqsEvent> {
     invocation(fixture, None, Duration::from_secs(30))
 }
 
-fn failures(response: &SqsBatchResponse) -> Vec<String> {
+pub(crate) fn failures(response: &SqsBatchResponse) -> Vec<String> {
     response
         .batch_item_failures
         .iter()

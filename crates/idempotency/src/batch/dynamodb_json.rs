@@ -116,12 +116,8 @@ fn not_a_number(text: &str) -> String {
 /// What a value looks like, without its content (it may be personal data).
 fn shape(value: &Value) -> &'static str {
     match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
         Value::Object(_) => "an object that is not one {type: value} pair",
+        other => crate::envelope::shape(other),
     }
 }
 

@@ -37,17 +37,32 @@ impl Skipped {
     }
 }
 
-/// Takes out of `records` those the envelope skips (`skip_reason` says why).
+/// Takes out of `records` those the envelope skips (`skip_reason` says why). A batch
+/// that skips nothing, the common case, is left as it is and costs no allocation.
 pub(super) fn take_skipped<R: super::record::BatchRecord>(
     records: &mut Vec<R>,
     skip_reason: impl Fn(&R) -> Option<String>,
 ) -> Skipped {
-    let mut skipped = Skipped::none();
-    let mut index = 0;
-    records.retain(|record| {
-        let here = index;
-        index += 1;
-        match skip_reason(record) {
+    let Some((first, reason)) = records
+        .iter()
+        .enumerate()
+        .find_map(|(index, record)| skip_reason(record).map(|reason| (index, reason)))
+    else {
+        return Skipped::none();
+    };
+    let mut skipped = Skipped {
+        records: Vec::new(),
+        kept: (0..first).collect(),
+    };
+    let rest: Vec<R> = records.drain(first..).collect();
+    let mut first_reason = Some(reason);
+    for (offset, record) in rest.into_iter().enumerate() {
+        let index = first + offset;
+        let reason = match offset {
+            0 => first_reason.take(),
+            _ => skip_reason(&record),
+        };
+        match reason {
             Some(reason) => {
                 let item_id = record.item_id();
                 tracing::info!(
@@ -56,18 +71,17 @@ pub(super) fn take_skipped<R: super::record::BatchRecord>(
                 );
                 crate::metrics::batch_skipped("envelope");
                 skipped.records.push(SkippedRecord {
-                    index: here,
+                    index,
                     item_id,
                     reason,
                 });
-                false
             }
             None => {
-                skipped.kept.push(here);
-                true
+                skipped.kept.push(index);
+                records.push(record);
             }
         }
-    });
+    }
     skipped
 }
 

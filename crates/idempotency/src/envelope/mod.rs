@@ -6,6 +6,7 @@
 mod steps;
 
 pub use steps::Step;
+pub(crate) use steps::shape;
 
 use serde_json::Value;
 use std::fmt;

@@ -56,7 +56,7 @@ impl Carried {
         match self {
             Carried::Bytes(bytes) => Ok(bytes),
             Carried::Json(Value::String(text)) => Ok(text.into_bytes()),
-            Carried::Json(other) => Err(format!("{what} needs a string, found {}", kind(&other))),
+            Carried::Json(other) => Err(format!("{what} needs a string, found {}", shape(&other))),
         }
     }
 }
@@ -76,7 +76,7 @@ pub(super) fn run(steps: &[Step], mut carried: Carried) -> Result<Opened, String
                 other => {
                     return Err(format!(
                         "expected a string holding JSON, found {}",
-                        kind(&other)
+                        shape(&other)
                     ));
                 }
             },
@@ -100,7 +100,7 @@ pub(super) fn run(steps: &[Step], mut carried: Carried) -> Result<Opened, String
                     Some(Value::String(body)) => body,
                     Some(Value::Null) | None => return Err("the event has no body".into()),
                     Some(other) => {
-                        return Err(format!("the body is {}, not a string", kind(&other)));
+                        return Err(format!("the body is {}, not a string", shape(&other)));
                     }
                 };
                 if encoded {
@@ -145,7 +145,8 @@ fn inflate(bytes: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn kind(value: &Value) -> &'static str {
+/// What a value looks like, without its content (it may be personal data).
+pub(crate) fn shape(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -74,6 +74,9 @@ mod batch;
 pub mod clock;
 mod config;
 mod context;
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub mod durable;
 mod engine;
 pub mod envelope;
 mod error;

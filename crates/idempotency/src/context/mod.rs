@@ -1,7 +1,7 @@
 //! What a call inherits from where it runs, in one value ([`CallContext`]) and one
 //! task-local slot: the invocation (its deadline, when its batch answers, its tenant), the
-//! batch record it belongs to, where its twins meet and how long they wait, and the marks
-//! of the calls running around it.
+//! batch record it belongs to, where its twins meet and how long they wait, who owns the
+//! claim (a durable execution), and the marks of the calls running around it.
 //!
 //! Every entry point (each batch, the HTTP layer, the tower layer, the macro's support, a
 //! call's function) derives a context from [`CallContext::current`] and enters it with
@@ -11,10 +11,12 @@
 
 pub(crate) mod invocation;
 pub(crate) mod outcome_unknown;
+pub(crate) mod owner;
 pub(crate) mod record_scope;
 pub(crate) mod twins;
 
 use invocation::{FromLambda, Invocation};
+use owner::Owner;
 use record_scope::RecordScope;
 use std::future::Future;
 use std::sync::Arc;
@@ -57,6 +59,9 @@ pub(crate) struct Inherited {
     /// The batch record's attempt the call belongs to: also what tells a batch record's
     /// call from a direct one.
     pub(crate) record: Option<Arc<RecordScope>>,
+    /// Who owns the claim of the call made directly in this context (a durable
+    /// execution, across its invocations); `None`: each claim its own.
+    pub(crate) owner: Option<Owner>,
 }
 
 /// Nothing inherited.
@@ -66,6 +71,7 @@ static NOTHING: Inherited = Inherited {
     twins: None,
     wait_until: None,
     record: None,
+    owner: None,
 };
 
 /// The context outside any: what `read` lends when no context is set.
@@ -175,6 +181,13 @@ impl CallContext {
         self
     }
 
+    /// With the next call's claim owned by `owner`.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn with_owner(mut self, owner: Owner) -> Self {
+        self.inherited_mut().owner = Some(owner);
+        self
+    }
+
     /// Whether `id` of `handle` is a call whose function runs around this context.
     pub(crate) fn encloses(&self, handle: usize, id: &str) -> bool {
         self.enclosing
@@ -184,7 +197,8 @@ impl CallContext {
 
     /// The context of the function of the call to `id` of `handle`, and the mark it sets
     /// when it says its outcome is unknown. `twin` says whether the call is registered
-    /// where twins meet (then a call to `id` nested in the function is no twin).
+    /// where twins meet (then a call to `id` nested in the function is no twin). An owner
+    /// stays with the call it was set for: the calls in its function claim as their own.
     pub(crate) fn for_function(
         &self,
         handle: usize,
@@ -193,6 +207,9 @@ impl CallContext {
     ) -> (Self, Arc<AtomicBool>) {
         let mark = Arc::new(AtomicBool::new(false));
         let mut cx = self.clone();
+        if cx.owner.is_some() {
+            cx.inherited_mut().owner = None;
+        }
         if twin {
             let mut ids = self.enclosing.as_deref().cloned().unwrap_or_default();
             ids.push((handle, id.to_owned()));

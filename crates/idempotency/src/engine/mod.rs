@@ -10,6 +10,7 @@ pub(crate) use retry::MIN_ATTEMPT_TIMEOUT;
 use crate::clock::{self, Clock};
 use crate::config::Config;
 use crate::context::invocation::Invocation;
+use crate::context::owner::Owner;
 use crate::error::{Error, ExecuteError};
 use crate::operation::replay::{self, Replay, ReplayHook};
 use crate::operation::{Operation, Outcome};
@@ -48,12 +49,15 @@ impl fmt::Debug for Engine {
 
 impl Engine {
     /// Claims `id` for `op`, or answers from the cache or the store. `invocation` bounds
-    /// the lease and the store requests; `op`'s lease, if set, replaces the handle's.
+    /// the lease and the store requests; `op`'s lease, if set, replaces the handle's. An
+    /// `owner` claims with its own token and lease (its whole life, past this
+    /// invocation): it re-enters its own claim in progress, even at most once.
     pub(crate) async fn claim<T: DeserializeOwned>(
         &self,
         id: &str,
         validation: Option<String>,
         invocation: Option<Invocation>,
+        owner: Option<&Owner>,
         op: &Operation,
     ) -> Result<Claimed<T>, Error> {
         let at_most_once = op.at_most_once || self.config.at_most_once;
@@ -74,7 +78,10 @@ impl Engine {
         let answer_by = invocation.map(|i| i.answer_by);
         for _ in 0..attempts {
             let now = self.now();
-            let lease_until = lease::lease_until(now, op.lease.or(self.config.lease), deadline);
+            let lease_until = match owner {
+                Some(owner) => lease::lease_until(now, Some(owner.lease), None),
+                None => lease::lease_until(now, op.lease.or(self.config.lease), deadline),
+            };
             if at_most_once {
                 // The claim's own lease: the invocation's remaining time unless fixed,
                 // which no setting knows before the invocation does.
@@ -88,7 +95,7 @@ impl Engine {
                 now,
                 expiration: lease::expiration(now, self.config.expires_after, lease_until),
                 lease_until,
-                lease_token: new_lease_token(),
+                lease_token: owner.map_or_else(new_lease_token, |o| o.token.to_string()),
                 validation: validation.clone(),
                 at_most_once,
             };
@@ -129,6 +136,9 @@ impl Engine {
                         .as_ref()
                         .is_some_and(|p| p.lease_token.as_deref() == Some(&claim.lease_token));
                     match &previous {
+                        _ if own && owner.is_some() => {
+                            debug!("re-entered its owner's claim (a durable execution resumed)")
+                        }
                         _ if own => {
                             info!(
                                 "found this claim's own record: an earlier attempt was applied but its answer was lost"

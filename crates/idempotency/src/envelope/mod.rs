@@ -6,6 +6,7 @@
 mod steps;
 
 pub use steps::Step;
+#[cfg(feature = "dynamodb-streams")]
 pub(crate) use steps::shape;
 
 use serde_json::Value;

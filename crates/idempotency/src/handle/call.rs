@@ -173,7 +173,7 @@ impl Idempotency {
             };
             let result = match self
                 .engine
-                .claim(&id, validation, invocation, op)
+                .claim(&id, validation, invocation, cx.owner.as_ref(), op)
                 .await
                 .map_err(ExecuteError::Idempotency)
             {

@@ -1,0 +1,213 @@
+//! Durable executions (feature `durable`) on the memory store, through the SDK's runner:
+//! the settings refused at start-up, a step's claim apart from its execution's, and a
+//! step interrupted after its side effect. The whole contract runs over every store in
+//! tests/tests/every_backend/durable.rs.
+
+use aws_durable_execution_sdk::test_util::LocalRunner;
+use aws_durable_execution_sdk::{BoxError, DurableContext};
+use lambda_idempotency::durable::{IdempotentExecution, MAX_EXECUTION_TIMEOUT, step};
+use lambda_idempotency::store::{IdempotencyStore, Status};
+use lambda_idempotency::{Error, Idempotency, KeyStrategy, MemoryStore, Operation};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+fn op() -> Operation {
+    Operation::new("order", KeyStrategy::field("order_id"))
+}
+
+fn refusal(result: Result<IdempotentExecution, Error>) -> String {
+    match result {
+        Err(Error::InvalidName { what, reason, .. }) => {
+            assert_eq!(what, "execution timeout");
+            reason
+        }
+        other => panic!("refused as an invalid execution timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_timeout_lambda_would_refuse_or_a_setting_it_contradicts_fails_at_start_up() {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let new = |op, timeout| IdempotentExecution::new(idempotency.clone(), op, timeout);
+    assert!(refusal(new(op(), Duration::ZERO)).contains("from 1 second to 366 days"));
+    assert!(refusal(new(op(), Duration::MAX)).contains("366 days"));
+    assert!(
+        refusal(new(op(), MAX_EXECUTION_TIMEOUT + Duration::from_secs(1))).contains("366 days")
+    );
+    let leased = op().lease(Duration::from_secs(60));
+    assert!(refusal(new(leased, DAY)).contains("drop the operation's lease"));
+    let execution = new(op(), MAX_EXECUTION_TIMEOUT).unwrap();
+    assert_eq!(execution.execution_timeout(), MAX_EXECUTION_TIMEOUT);
+    let debug = format!("{execution:?}");
+    assert!(
+        debug.contains("\"order\"") && debug.contains("execution_timeout"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn at_most_once_records_must_outlive_the_execution() {
+    let short = Idempotency::builder(MemoryStore::new())
+        .expires_after(DAY)
+        .at_most_once(true)
+        .build();
+    let error = IdempotentExecution::new(short.clone(), op(), DAY).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::InvalidName {
+                what: "expires_after",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // The operation alone may be at most once, too.
+    let plain = Idempotency::builder(MemoryStore::new())
+        .expires_after(DAY)
+        .build();
+    assert!(IdempotentExecution::new(plain.clone(), op().at_most_once(), DAY).is_err());
+    assert!(
+        IdempotentExecution::new(plain, op(), 7 * DAY).is_ok(),
+        "a plain record's expiry waits for its lease"
+    );
+    assert!(IdempotentExecution::new(short, op(), DAY - Duration::from_secs(1)).is_ok());
+}
+
+/// The records in `store` as (operation, status, lease end, token).
+async fn records(
+    store: &MemoryStore,
+    idempotency: &Idempotency,
+    ids: &[(&Operation, Value)],
+) -> Vec<Option<(Status, SystemTime, Option<String>)>> {
+    let mut found = Vec::new();
+    for (op, payload) in ids {
+        let id = idempotency.idempotency_id(op, payload).unwrap();
+        found.push(store.get(&id).await.unwrap().map(|r| {
+            (
+                r.status,
+                r.in_progress_expiration.unwrap_or(r.expiration),
+                r.lease_token,
+            )
+        }));
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_steps_claim_is_its_own_not_the_executions() {
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::new(store.clone());
+    let charge = Operation::new("charge", KeyStrategy::field("order_id"));
+    let order = json!({"order_id": "o-1", "cents": 1200});
+    // What the step's body saw of the records while it ran.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let execution = IdempotentExecution::new(idempotency.clone(), op(), 30 * DAY).unwrap();
+    let (i, s, c, seen2) = (
+        idempotency.clone(),
+        store.clone(),
+        charge.clone(),
+        Arc::clone(&seen),
+    );
+    let handler = execution.handler(move |order: Value, ctx: DurableContext| {
+        let (idempotency, store, charge, seen) =
+            (i.clone(), s.clone(), c.clone(), Arc::clone(&seen2));
+        async move {
+            let (i2, o2, c2) = (idempotency.clone(), order.clone(), charge.clone());
+            let receipt: String = step(&idempotency, &ctx, &charge, &order, move || async move {
+                let both = records(&store, &i2, &[(&op(), o2.clone()), (&c2, o2)]).await;
+                seen.lock().unwrap().extend(both);
+                Ok::<_, BoxError>("ch_1".to_string())
+            })
+            .await?;
+            Ok::<_, BoxError>(receipt)
+        }
+    });
+    let result = LocalRunner::new().run(handler, order.clone()).await;
+    assert_eq!(
+        result.output().map(String::as_str),
+        Some("ch_1"),
+        "{:?}",
+        result.error_message()
+    );
+    let seen = seen.lock().unwrap().clone();
+    let [
+        Some((Status::InProgress, execution_lease, execution_token)),
+        Some((Status::InProgress, step_lease, step_token)),
+    ] = seen.as_slice()
+    else {
+        panic!("both claims in progress while the step ran: {seen:?}");
+    };
+    let now = SystemTime::now();
+    assert!(
+        *execution_lease > now + 29 * DAY,
+        "the execution's lease is its timeout"
+    );
+    assert!(
+        *step_lease < now + Duration::from_secs(16 * 60),
+        "the step's is an invocation's at most"
+    );
+    assert_ne!(execution_token, step_token);
+    let after = records(
+        &store,
+        &idempotency,
+        &[(&op(), order.clone()), (&charge, order)],
+    )
+    .await;
+    assert!(
+        after
+            .iter()
+            .all(|r| matches!(r, Some((Status::Completed, _, _)))),
+        "{after:?}"
+    );
+}
+
+/// Runs a handler whose one step counts its calls, with the `skip`th checkpoint failing as
+/// an ended invocation would; `idempotent` puts the step under a claim.
+async fn calls_with_a_lost_checkpoint(skip: usize, idempotent: bool) -> usize {
+    let idempotency = Idempotency::new(MemoryStore::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let handler = move |order: Value, ctx: DurableContext| {
+        let (idempotency, calls) = (idempotency.clone(), Arc::clone(&c));
+        async move {
+            let charge = Operation::new("charge", KeyStrategy::field("order_id"));
+            let body = move || async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, BoxError>(1)
+            };
+            let charged: u32 = if idempotent {
+                step(&idempotency, &ctx, &charge, &order, body).await?
+            } else {
+                ctx.step(move |_| body()).name("charge").await?
+            };
+            Ok::<_, BoxError>(charged)
+        }
+    };
+    let runner = LocalRunner::new().fail_checkpoints_after_retryable(skip, 1);
+    let result = runner.run(handler, json!({"order_id": "o-2"})).await;
+    assert_eq!(result.output(), Some(&1), "{:?}", result.error_message());
+    calls.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn a_step_interrupted_after_its_side_effect_gets_the_stored_answer() {
+    let mut twice = 0;
+    for skip in 0..4 {
+        // Without a claim, a lost checkpoint after the body runs it again (the SDK's
+        // at-least-once steps): the case this test is about exists.
+        if calls_with_a_lost_checkpoint(skip, false).await == 2 {
+            twice += 1;
+        }
+        assert_eq!(
+            calls_with_a_lost_checkpoint(skip, true).await,
+            1,
+            "checkpoint {skip} lost"
+        );
+    }
+    assert!(twice > 0, "some lost checkpoint runs a plain step twice");
+}

@@ -65,7 +65,8 @@ struct StreamsDoctests;
     feature = "dynamodb-streams",
     feature = "lambda-http",
     feature = "aws-config",
-    feature = "macros"
+    feature = "macros",
+    feature = "durable"
 ))]
 #[doc = include_str!("../../../docs/quickstart.md")]
 struct QuickstartDoctests;

@@ -18,7 +18,7 @@
 //! use serde::{Deserialize, Serialize};
 //! use std::time::Duration;
 //!
-//! #[derive(Serialize, Deserialize)]
+//! #[derive(Clone, Serialize, Deserialize)]
 //! struct Order { order_id: String, amount_cents: u64 }
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -43,9 +43,11 @@
 //!         let (idempotency, charges) = (idempotency.clone(), charges.clone());
 //!         async move {
 //!             // Once per order, whichever execution gets here.
-//!             let receipt: Receipt =
-//!                 step(&idempotency, &ctx, &charges, &order, || async { charge(&order).await })
-//!                     .await?;
+//!             let to_charge = order.clone();
+//!             let receipt: Receipt = step(&idempotency, &ctx, &charges, &order, move || async move {
+//!                 charge(&to_charge).await
+//!             })
+//!             .await?;
 //!             ctx.wait(Duration::from_secs(24 * 60 * 60)).await?;
 //!             Ok(receipt)
 //!         }

@@ -90,9 +90,9 @@ pub enum Error {
     InvalidName {
         /// Which setting: `"function name"`, `"operation name"`, `"key prefix"`,
         /// `"key pointer"`, `"key field"`, `"validation field"`, `"table name"` (the
-        /// PostgreSQL store's), or one of the HTTP layer's (`"key header name"`,
+        /// PostgreSQL store's), one of the HTTP layer's (`"key header name"`,
         /// `"fingerprint header name"`, `"replay header name"`, `"key length"`,
-        /// `"caller scope"`).
+        /// `"caller scope"`), or `"execution timeout"` (a durable execution's).
         what: &'static str,
         /// The name.
         name: String,

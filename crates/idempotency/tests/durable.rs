@@ -5,10 +5,12 @@
 
 use aws_durable_execution_sdk::test_util::LocalRunner;
 use aws_durable_execution_sdk::{BoxError, DurableContext};
+use futures_util::FutureExt;
 use lambda_idempotency::durable::{IdempotentExecution, MAX_EXECUTION_TIMEOUT, step};
 use lambda_idempotency::store::{IdempotencyStore, Status};
 use lambda_idempotency::{Error, Idempotency, KeyStrategy, MemoryStore, Operation};
 use serde_json::{Value, json};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
@@ -34,6 +36,9 @@ fn a_timeout_lambda_would_refuse_or_a_setting_it_contradicts_fails_at_start_up()
     let idempotency = Idempotency::new(MemoryStore::new());
     let new = |op, timeout| IdempotentExecution::new(idempotency.clone(), op, timeout);
     assert!(refusal(new(op(), Duration::ZERO)).contains("from 1 second to 366 days"));
+    assert!(refusal(new(op(), Duration::from_millis(999))).contains("whole seconds"));
+    assert!(refusal(new(op(), Duration::from_millis(1500))).contains("whole seconds"));
+    assert!(new(op(), Duration::from_secs(1)).is_ok());
     assert!(refusal(new(op(), Duration::MAX)).contains("366 days"));
     assert!(
         refusal(new(op(), MAX_EXECUTION_TIMEOUT + Duration::from_secs(1))).contains("366 days")
@@ -210,4 +215,75 @@ async fn a_step_interrupted_after_its_side_effect_gets_the_stored_answer() {
         );
     }
     assert!(twice > 0, "some lost checkpoint runs a plain step twice");
+}
+
+#[tokio::test]
+async fn a_panic_ends_one_invocation_and_keeps_the_executions_claim() {
+    let store = MemoryStore::new();
+    let idempotency = Idempotency::new(store.clone());
+    let order = json!({"order_id": "o-3"});
+    let handler = IdempotentExecution::new(idempotency.clone(), op(), DAY)
+        .unwrap()
+        .handler(|_: Value, _: DurableContext| async {
+            if std::hint::black_box(true) {
+                panic!("one invocation dies");
+            }
+            Ok::<_, BoxError>(1u32)
+        });
+    let run = AssertUnwindSafe(LocalRunner::new().run(handler, order.clone()))
+        .catch_unwind()
+        .await;
+    assert!(
+        run.is_err(),
+        "the panic goes on, and Lambda invokes the execution again"
+    );
+    let kept = records(&store, &idempotency, &[(&op(), order)]).await;
+    assert!(
+        matches!(kept.as_slice(), [Some((Status::InProgress, _, _))]),
+        "kept for the execution's next invocation, not freed for another execution: {kept:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_disabled_handle_still_keeps_the_owner_to_the_execution() {
+    // With idempotency off the execution's claim is not made; a call nested in its
+    // handler, through a handle that is on, claims as its own.
+    let store = MemoryStore::new();
+    let on = Idempotency::new(store.clone());
+    let off = Idempotency::builder(MemoryStore::new())
+        .disabled(true)
+        .build();
+    let nested = nested2_op();
+    let order = json!({"order_id": "o-4"});
+    let (on2, nested2, store2) = (on.clone(), nested.clone(), store.clone());
+    let handler = IdempotentExecution::new(off, op(), 30 * DAY)
+        .unwrap()
+        .handler(move |order: Value, _: DurableContext| {
+            let (on, nested, store) = (on2.clone(), nested2.clone(), store2.clone());
+            async move {
+                let (on3, order3) = (on.clone(), order.clone());
+                on.run(&nested, &order, || async move {
+                    let seen = records(&store, &on3, &[(&nested2_op(), order3)]).await;
+                    let [Some((Status::InProgress, lease, _))] = seen.as_slice() else {
+                        panic!("the nested claim in progress: {seen:?}");
+                    };
+                    Ok::<_, lambda_idempotency::Error>(
+                        *lease < SystemTime::now() + Duration::from_secs(16 * 60),
+                    )
+                })
+                .await
+                .map_err(BoxError::from)
+            }
+        });
+    let result = LocalRunner::new().run(handler, order).await;
+    assert_eq!(
+        result.output(),
+        Some(&true),
+        "an ordinary lease, not the execution's: {:?}",
+        result.error_message()
+    );
+}
+
+fn nested2_op() -> Operation {
+    Operation::new("nested", KeyStrategy::field("order_id"))
 }

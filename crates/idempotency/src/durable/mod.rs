@@ -142,9 +142,12 @@ impl IdempotentExecution {
             name: format!("{execution_timeout:?}"),
             reason,
         };
-        if execution_timeout.is_zero() || execution_timeout > MAX_EXECUTION_TIMEOUT {
+        if execution_timeout < Duration::from_secs(1)
+            || execution_timeout > MAX_EXECUTION_TIMEOUT
+            || execution_timeout.subsec_nanos() != 0
+        {
             return Err(refuse(format!(
-                "a durable execution's timeout is from 1 second to {} days (Lambda's DurableConfig.ExecutionTimeout): give the function's own",
+                "a durable execution's timeout is whole seconds, from 1 second to {} days (Lambda's DurableConfig.ExecutionTimeout): give the function's own",
                 MAX_EXECUTION_TIMEOUT.as_secs() / 86_400
             )));
         }
@@ -168,7 +171,8 @@ impl IdempotentExecution {
 
     /// Names the execution that owns a claim by `name` instead of its ARN. For runners
     /// whose ARN is fixed (the SDK's `LocalRunner` gives every execution the same one),
-    /// so that a test can start a second execution; in Lambda, keep the ARN.
+    /// so that a test can start a second execution; in Lambda, keep the ARN. Two
+    /// executions given one name share their claims: a duplicate would run again.
     #[must_use]
     pub fn owner(
         mut self,

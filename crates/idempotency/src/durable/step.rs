@@ -90,10 +90,17 @@ fn decide(ours: Option<&Error>, attempt: u32) -> RetryDecision {
         }
         Some(err) if err.is_permanent() => RetryDecision::Stop,
         _ if attempt >= 6 => RetryDecision::Stop,
+        // Full jitter in whole seconds, at least one: executions failing together do not
+        // retry together.
         _ => RetryDecision::Retry {
-            delay: Duration::from_secs(5 << (attempt.clamp(1, 5) - 1)).min(Duration::from_secs(60)),
+            delay: Duration::from_secs(fastrand::u64(1..=backoff_secs(attempt))),
         },
     }
+}
+
+/// The SDK's default backoff before jitter: 5 s doubling, at most 60 s.
+fn backoff_secs(attempt: u32) -> u64 {
+    (5u64 << (attempt.clamp(1, 5) - 1)).min(60)
 }
 
 #[cfg(test)]
@@ -117,9 +124,28 @@ mod tests {
             retryable: true,
             source: "throttled".into(),
         };
-        let expected = [Some(5), Some(10), Some(20), Some(40), Some(60), None];
-        assert_eq!(delays(None, 1..=6), expected);
-        assert_eq!(delays(Some(&store), 1..=6), expected);
+        let bounds = [5, 10, 20, 40, 60];
+        assert_eq!(bounds, [1, 2, 3, 4, 5].map(backoff_secs));
+        for ours in [None, Some(&store)] {
+            let mut highest = [0; 5];
+            for _ in 0..200 {
+                let delays = delays(ours, 1..=6);
+                assert_eq!(delays[5], None, "six attempts in all");
+                for (i, delay) in delays[..5].iter().enumerate() {
+                    let delay = delay.expect("retried");
+                    assert!(
+                        (1..=bounds[i]).contains(&delay),
+                        "{delay} within 1..={}",
+                        bounds[i]
+                    );
+                    highest[i] = highest[i].max(delay);
+                }
+            }
+            assert!(
+                highest.iter().zip(bounds).all(|(h, b)| *h > b / 2),
+                "jittered up to the bound: {highest:?}"
+            );
+        }
     }
 
     #[test]

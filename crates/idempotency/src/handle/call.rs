@@ -121,7 +121,12 @@ impl Idempotency {
                 "idempotency disabled: running unprotected"
             );
             // Unprotected, writes included: applied by nobody. Refused rather than dropped.
-            return match f().await {
+            // An owner stays with this call, as when its function runs claimed.
+            let run = match cx.owner {
+                Some(_) => f().with_call_context(cx.for_function(0, "", false).0).await,
+                None => f().await,
+            };
+            return match run {
                 Ok((value, None)) => Ok((value, Outcome::Disabled)),
                 Ok((_, Some(writes))) => Err(ExecuteError::Idempotency(Error::WritesUnsupported {
                     store: "disabled idempotency",
@@ -209,7 +214,14 @@ impl Idempotency {
                     let result = match AssertUnwindSafe(call).catch_unwind().await {
                         Ok(result) => result,
                         Err(panic) => {
-                            if unknown.load(Ordering::SeqCst) {
+                            if cx.owner.is_some() {
+                                // A panic ends one invocation of its owner (a durable
+                                // execution), which Lambda invokes again: it re-enters.
+                                self.engine.keep(
+                                    &claim,
+                                    "the function panicked in one invocation of its owner",
+                                );
+                            } else if unknown.load(Ordering::SeqCst) {
                                 self.engine.keep(&claim, "the function panicked");
                                 // As on an error: an enclosing call's effect includes
                                 // this one's.

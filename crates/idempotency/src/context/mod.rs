@@ -153,6 +153,13 @@ impl CallContext {
         self.with_tenant(from.tenant)
     }
 
+    /// This context within the Lambda invocation `context` describes, as seen at `now`:
+    /// what it gives a call ([`with_lambda`](Self::with_lambda)) and its deadline.
+    pub(crate) fn within_lambda(self, context: &lambda_runtime::Context, now: SystemTime) -> Self {
+        self.with_lambda(invocation::from_lambda(context))
+            .with_deadline(invocation::context_deadline_at(context, now))
+    }
+
     /// With `tenant`; `None` keeps the enclosing tenant: a context without one, met inside
     /// a tenant's invocation, never lets its calls out of that tenant's records.
     fn with_tenant(mut self, tenant: Option<Arc<str>>) -> Self {
@@ -263,9 +270,7 @@ pub async fn with_deadline<F: Future>(deadline: Option<SystemTime>, fut: F) -> F
 /// tenant isolation mode, its tenant ([`Context::tenant_id`](lambda_runtime::Context)),
 /// which every stored id in `fut` then includes.
 pub async fn with_context<F: Future>(context: &lambda_runtime::Context, fut: F) -> F::Output {
-    let cx = CallContext::current()
-        .with_lambda(invocation::from_lambda(context))
-        .with_deadline(invocation::context_deadline(context));
+    let cx = CallContext::current().within_lambda(context, SystemTime::now());
     fut.with_call_context(cx).await
 }
 

@@ -1,7 +1,6 @@
 //! A claim's owner: what lets every invocation of one durable execution re-enter the
 //! claim its first invocation made, while any other caller finds it held.
 
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,13 +22,8 @@ impl Owner {
     /// so the name (an account and a function) is not written into every record.
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     pub(crate) fn named(name: &str, lease: Duration) -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = Sha256::digest(name.as_bytes());
-        let token: String = digest[..crate::record::LEASE_TOKEN_LEN / 2]
-            .iter()
-            .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]])
-            .map(char::from)
-            .collect();
+        let mut token = crate::key::sha256_hex(name.as_bytes());
+        token.truncate(crate::record::LEASE_TOKEN_LEN);
         Self {
             token: token.into(),
             lease,

@@ -1,6 +1,6 @@
 //! One durable step whose side effect runs once per key across executions.
 
-use crate::context::{CallContext, WithCallContext, invocation};
+use crate::context::{CallContext, WithCallContext};
 use crate::error::{BoxError, Error, ExecuteError};
 use crate::handle::{Idempotency, to_json};
 use crate::operation::Operation;
@@ -46,9 +46,7 @@ where
     let op = op.clone();
     // Read here, in the handler's task: the SDK may run a step body on another.
     let lambda = ctx.lambda_context();
-    let cx = CallContext::current()
-        .with_lambda(invocation::from_lambda(lambda))
-        .with_deadline(invocation::context_deadline_at(lambda, idempotency.now()));
+    let cx = CallContext::current().within_lambda(lambda, idempotency.now());
     let value = ctx
         .step(move |_| async move {
             let run = idempotency

@@ -3,11 +3,12 @@
 //! step interrupted after its side effect. The whole contract runs over every store in
 //! tests/tests/every_backend/durable.rs.
 
-use aws_durable_execution_sdk::test_util::LocalRunner;
+use aws_durable_execution_sdk::test_util::{LocalRunner, TestResult};
 use aws_durable_execution_sdk::{BoxError, DurableContext};
 use futures_util::FutureExt;
 use lambda_idempotency::durable::{IdempotentExecution, MAX_EXECUTION_TIMEOUT, step};
-use lambda_idempotency::store::{IdempotencyStore, Status};
+use lambda_idempotency::store::faulty::{Fault, FaultyStore};
+use lambda_idempotency::store::{IdempotencyStore, Status, StoreOp};
 use lambda_idempotency::{Error, Idempotency, KeyStrategy, MemoryStore, Operation};
 use serde_json::{Value, json};
 use std::panic::AssertUnwindSafe;
@@ -286,4 +287,70 @@ async fn a_disabled_handle_still_keeps_the_owner_to_the_execution() {
 
 fn nested2_op() -> Operation {
     Operation::new("nested", KeyStrategy::field("order_id"))
+}
+
+/// An execution whose first store request of `op` meets `fault` once.
+async fn execution_through(
+    op_faulted: StoreOp,
+    fault: Fault,
+) -> (TestResult<u32>, usize, FaultyStore<MemoryStore>) {
+    let store = FaultyStore::new(MemoryStore::new());
+    store.inject(op_faulted, fault, 1);
+    let idempotency = Idempotency::builder(store.clone())
+        .store_attempt_timeout(Duration::from_millis(200))
+        .build();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&runs);
+    let handler = IdempotentExecution::new(idempotency, op(), DAY)
+        .unwrap()
+        .handler(move |_: Value, ctx: DurableContext| {
+            let runs = Arc::clone(&r);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                ctx.wait(Duration::from_secs(60)).await?;
+                Ok::<_, BoxError>(7u32)
+            }
+        });
+    let result = LocalRunner::new()
+        .run(handler, json!({"order_id": "o-5"}))
+        .await;
+    (result, runs.load(Ordering::SeqCst), store)
+}
+
+#[tokio::test]
+async fn an_executions_claim_whose_answer_was_lost_or_hung_is_its_own_on_the_retry() {
+    for fault in [Fault::AnswerLost, Fault::Hang] {
+        let (result, runs, store) = execution_through(StoreOp::Claim, fault).await;
+        assert_eq!(
+            result.output(),
+            Some(&7),
+            "{fault:?}: {:?}",
+            result.error_message()
+        );
+        assert!(runs >= 2, "{fault:?}: the wait suspended it: {runs}");
+        assert!(
+            store.requests(StoreOp::Claim) >= 3,
+            "{fault:?}: retried, then re-entered"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_executions_completion_whose_answer_was_lost_or_hung_is_retried_to_completed() {
+    for fault in [Fault::AnswerLost, Fault::Hang] {
+        let (result, _, store) = execution_through(StoreOp::Complete, fault).await;
+        assert_eq!(
+            result.output(),
+            Some(&7),
+            "{fault:?}: {:?}",
+            result.error_message()
+        );
+        assert!(store.requests(StoreOp::Complete) >= 2, "{fault:?}: retried");
+        let idempotency = Idempotency::new(store.inner().clone());
+        let id = idempotency
+            .idempotency_id(&op(), &json!({"order_id": "o-5"}))
+            .unwrap();
+        let record = store.inner().get(&id).await.unwrap().unwrap();
+        assert_eq!(record.status, Status::Completed, "{fault:?}");
+    }
 }
